@@ -1,0 +1,168 @@
+"""Access inference: what a kernel body reads and writes, read from its source.
+
+The classes, from narrowest to widest:
+
+* ``sample_local``       -- reads and writes only ``plane[i]``;
+* ``cross_sample_read``  -- reads an ``In`` plane at an index other than ``i``;
+* ``cross_sample_write`` -- writes an ``Out``/``Mutable`` plane at an index other than ``i``;
+* ``mapreduce``          -- every output is a ``Cell`` (whatever the inputs are read like).
+
+A plane used in a way the analysis cannot see through (aliased, passed to a function, sliced)
+is classified conservatively: as read at other samples if it is an input, as written at other
+samples if it is an output.  Reading another sample's ``Out``/``Mutable`` is a race and is
+refused, as is any use of a ``Cell`` other than ``cell[i] = value``.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+SAMPLE_LOCAL = "sample_local"
+CROSS_SAMPLE_READ = "cross_sample_read"
+CROSS_SAMPLE_WRITE = "cross_sample_write"
+MAPREDUCE = "mapreduce"
+ACCESS_CLASSES = (SAMPLE_LOCAL, CROSS_SAMPLE_READ, CROSS_SAMPLE_WRITE, MAPREDUCE)
+
+# how wide each class is: an explicit access= may only widen the inferred one
+_WIDTH = {SAMPLE_LOCAL: 0, MAPREDUCE: 0, CROSS_SAMPLE_READ: 1, CROSS_SAMPLE_WRITE: 2}
+_METADATA_ATTRS = {"shape", "size", "ndim", "dtype"}
+
+
+@dataclass
+class PlaneUse:
+    """How the body uses one plane."""
+    own_only: bool = True        # touched only as plane[i] / plane[i, k]: the plane can be sliced
+    index_dims: int = 0          # the most subscripts seen with i first (2 means plane[i, k])
+    reads_other: bool = False
+    writes_other: bool = False
+    written: bool = False
+
+
+@dataclass
+class Access:
+    access: str
+    reads_other_samples: bool
+    planes: dict = field(default_factory=dict)   # name -> PlaneUse
+
+
+def _is_own(index, idx):
+    """True if a subscript's index is i or (i, ...)."""
+    if isinstance(index, ast.Name):
+        return index.id == idx, 1
+    if isinstance(index, ast.Tuple) and index.elts:
+        first = index.elts[0]
+        return isinstance(first, ast.Name) and first.id == idx, len(index.elts)
+    return False, 0
+
+
+def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int,
+            declared: str | None = None) -> Access:
+    """Classify the body of ``fdef``; ``roles`` maps parameter name to Role."""
+    def where(node):
+        return f"line {line0 + node.lineno - 1}"
+
+    def refuse(node, msg):
+        raise ValueError(f"kernel {kname!r}, {where(node)}: {msg}")
+
+    uses = {name: PlaneUse() for name, r in roles.items() if r.kind in ("In", "Out", "Mutable")}
+    cells = {name for name, r in roles.items() if r.kind == "Cell"}
+    parents = {}
+    for node in ast.walk(fdef):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+
+    for node in ast.walk(fdef):
+        if node is fdef:
+            continue
+        if isinstance(node, ast.Name) and node.id == idx and isinstance(node.ctx, (ast.Store, ast.Del)):
+            refuse(node, f"the sample index {idx!r} is reassigned; use another name for a derived index")
+        if isinstance(node, ast.Return) and node.value is not None and not (
+                isinstance(node.value, ast.Constant) and node.value.value is None):
+            refuse(node, "a kernel returns nothing: write results to an Out plane or a Cell")
+        if not isinstance(node, ast.Name) or isinstance(node.ctx, ast.Store):
+            continue
+        name = node.id
+        if name not in uses and name not in cells:
+            continue
+        parent = parents.get(node)
+        if isinstance(node.ctx, ast.Del):
+            refuse(node, f"{name!r} is deleted")
+        # metadata: x.shape, x.size, len(x) -- reads no sample, but the plane cannot be sliced
+        if isinstance(parent, ast.Attribute) and parent.attr in _METADATA_ATTRS:
+            if name in cells:
+                refuse(node, f"cell {name!r} may only be written as {name}[{idx}] = value")
+            uses[name].own_only = False
+            continue
+        if (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name)
+                and parent.func.id == "len" and node in parent.args):
+            if name in cells:
+                refuse(node, f"cell {name!r} may only be written as {name}[{idx}] = value")
+            uses[name].own_only = False
+            continue
+        if isinstance(parent, ast.Subscript) and parent.value is node:
+            own, dims = _is_own(parent.slice, idx)
+            store = isinstance(parent.ctx, ast.Store)
+            if name in cells:
+                grand = parents.get(parent)
+                if not (own and dims == 1 and store and isinstance(grand, ast.Assign)):
+                    refuse(node, f"cell {name!r} may only be written as {name}[{idx}] = value "
+                                 "(this sample's contribution)")
+                continue
+            use, kind = uses[name], roles[name].kind
+            if own:
+                use.index_dims = max(use.index_dims, dims)
+            else:
+                use.own_only = False
+            if kind == "In":
+                if store:
+                    refuse(node, f"{name!r} is an In plane and read-only; declare it Mutable to update it")
+                if not own:
+                    use.reads_other = True
+            else:
+                if store:
+                    use.written = True
+                    if not own:
+                        use.writes_other = True
+                elif not own:
+                    refuse(node, f"reads another sample's {kind} plane {name!r}: a race between "
+                                 f"samples; read only {name}[{idx}], or pass the values as an In plane")
+            continue
+        # any other use: aliased, passed to a function, iterated -- the analysis cannot see through
+        if name in cells:
+            refuse(node, f"cell {name!r} may only be written as {name}[{idx}] = value")
+        use, kind = uses[name], roles[name].kind
+        use.own_only = False
+        if kind == "In":
+            use.reads_other = True
+        else:
+            use.writes_other = True
+            use.written = True
+
+    writes_other = any(u.writes_other for u in uses.values())
+    reads_other = any(u.reads_other for u in uses.values())
+    has_outputs = any(roles[n].kind in ("Out", "Mutable") for n in uses)
+    if writes_other:
+        inferred = CROSS_SAMPLE_WRITE
+    elif cells and not has_outputs:
+        inferred = MAPREDUCE
+    elif reads_other:
+        inferred = CROSS_SAMPLE_READ
+    else:
+        inferred = SAMPLE_LOCAL
+    access = inferred
+    if declared is not None:
+        if declared not in ACCESS_CLASSES:
+            raise ValueError(f"kernel {kname!r}: unknown access {declared!r}; one of {', '.join(ACCESS_CLASSES)}")
+        if declared == MAPREDUCE and (has_outputs or not cells):
+            raise ValueError(f"kernel {kname!r}: access='mapreduce' needs every output to be a Cell")
+        if _WIDTH[declared] < _WIDTH[inferred]:
+            raise ValueError(
+                f"kernel {kname!r}: access={declared!r} is narrower than what the body does "
+                f"({inferred}); an explicit access may only widen the inferred one")
+        if _WIDTH[declared] > _WIDTH[inferred]:
+            access = declared
+            # a widened kernel is treated as touching other samples: it gets whole planes
+            reads_other = True
+            for u in uses.values():
+                u.own_only = False
+    return Access(access=access, reads_other_samples=reads_other, planes=uses)

@@ -1,0 +1,149 @@
+"""The host entry: a kernel's samples run by a team of CPU threads.
+
+Samples ``[start, stop)`` are cut into tiles (whole rows of 32 for a kernel with cells); each
+tile is one call of the numba-compiled loop, which releases the GIL, so the team's threads run
+in parallel.  A kernel that writes other samples runs as one tile, in sample order.  The team
+waits for every tile before it raises, then raises the first error in sample order.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .access import CROSS_SAMPLE_WRITE
+from .codegen import host_source, load_module
+from .errors import kernel_error
+from .partition import ROW, row_span
+from .reduction import IDENTITY
+from .structure import Structure, register
+
+_ENTRIES = {}
+_LOCK = threading.Lock()
+_POOL = None
+MIN_TILE = 2048
+
+
+def num_threads() -> int:
+    """``EAGLE_NUM_THREADS``, or the CPUs this process may use."""
+    env = os.environ.get("EAGLE_NUM_THREADS")
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ValueError(f"EAGLE_NUM_THREADS={env!r} is not a number of threads") from None
+        if n < 1:
+            raise ValueError(f"EAGLE_NUM_THREADS={env!r}: a team has at least one thread")
+        return n
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    global _POOL
+    with _LOCK:
+        if _POOL is None or _POOL._max_workers < threads:
+            if _POOL is not None:
+                _POOL.shutdown(wait=False)
+            _POOL = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="eagle-team")
+        return _POOL
+
+
+def tiles(start: int, stop: int, threads: int, rows: bool) -> list[tuple[int, int]]:
+    """Cut ``[start, stop)`` into about 4 tiles per thread, whole rows when ``rows``."""
+    count = stop - start
+    if count <= 0:
+        return []
+    want = max(1, min(4 * threads if threads > 1 else 1, count // MIN_TILE or 1))
+    size = -(-count // want)
+    if rows:
+        size = -(-size // ROW) * ROW
+    return [(a, min(a + size, stop)) for a in range(start, stop, size)]
+
+
+class HostEntry:
+    """The compiled host loop of one plugin (one per process, keyed by the plugin's hash)."""
+
+    def __init__(self, plugin):
+        self.plugin = plugin
+        self.source = host_source(plugin)
+        self.module = load_module("host", plugin, self.source)
+        self.tile = self.module._eagle_tile
+
+    def run(self, values: dict, start: int, stop: int, po: int = 0, threads: int | None = None) -> dict:
+        """Run samples ``[start, stop)``; planes in ``values`` start at sample ``po``.
+
+        Writes the output planes in place and returns each cell's row partials for the rows
+        ``[start // 32, ceil(stop / 32))`` as a ``(rows, 2)`` array.
+        """
+        p = self.plugin
+        r0, r1 = row_span(start, stop)
+        rows = {c: np.empty((r1 - r0, 2)) for c in p.cells}
+        for c, op in p.cells.items():
+            rows[c][:, 0], rows[c][:, 1] = IDENTITY[op], 0.0
+        args = [rows[name] if name in rows else values[name] for _, name in p.arg_spec]
+        threads = num_threads() if threads is None else threads
+        if p.exec_access == CROSS_SAMPLE_WRITE:
+            threads = 1
+        cut = tiles(start, stop, threads, bool(p.cells)) if threads > 1 else (
+            [(start, stop)] if stop > start else [])
+        if not cut:
+            return rows
+        # compile (or load from the disk cache) in this thread, before the team starts
+        self.tile(start, start, po, np.full(1, -1, np.int64), *args, r0)
+        progs = [np.full(1, -1, np.int64) for _ in cut]
+        errors = [None] * len(cut)
+
+        def one(k):
+            a, b = cut[k]
+            try:
+                self.tile(a, b, po, progs[k], *args, r0)
+            except Exception as e:  # noqa: BLE001 - re-raised below, first in sample order
+                errors[k] = e
+
+        if len(cut) == 1 or threads == 1:
+            for k in range(len(cut)):
+                one(k)
+                if errors[k] is not None:
+                    break
+        else:
+            list(_pool(threads).map(one, range(len(cut))))
+        for k, e in enumerate(errors):
+            if e is not None:
+                s = int(progs[k][0])
+                where = f"sample {s}" if s >= 0 else f"a sample in [{cut[k][0]}, {cut[k][1]})"
+                raise kernel_error(p.name, e, where) from e
+        return rows
+
+
+def host_entry(plugin) -> HostEntry:
+    with _LOCK:
+        entry = _ENTRIES.get(plugin.key)
+    if entry is None:
+        entry = HostEntry(plugin)
+        with _LOCK:
+            entry = _ENTRIES.setdefault(plugin.key, entry)
+    return entry
+
+
+class _HostTeam(Structure):
+    """A numba-compiled loop over each partition, cut in tiles run by a team of threads."""
+
+    name = "host_team"
+
+    def execute(self, plan, bound, device):
+        entry = plan.plugin.host
+        parts = [entry.run(bound.values, p.base, p.stop) for p in plan.partitions_for(bound.n)]
+        return {c: np.concatenate([r[c] for r in parts]) for c in plan.plugin.cells}
+
+    def run_range(self, plugin, values, start, stop, po=0, device=None):
+        if device is not None:
+            raise ValueError(f"device={device!r}: HostTeam runs on CPU threads")
+        return plugin.host.run(values, start, stop, po)
+
+
+HostTeam = register(_HostTeam())

@@ -1,0 +1,84 @@
+"""Argument roles of a per-sample kernel: In, Out, Mutable, Param and Cell[op].
+
+A kernel's first parameter is the sample index; every other parameter is annotated with one
+of these roles.  ``Out`` may declare a vector width and a dtype (``Out[3]``, ``Out["int64"]``,
+``Out[3, np.float32]``); ``Cell`` must name its reduction (``Cell["sum"]``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+#: reductions a Cell may declare, in the order of their codes in compiled code
+CELL_OPS = ("sum", "times", "max", "min", "land")
+
+
+class Role:
+    """An annotation role.  ``kind`` is one of In, Out, Mutable, Param, Cell."""
+
+    __slots__ = ("kind", "width", "dtype", "op")
+
+    def __init__(self, kind, width=None, dtype=None, op=None):
+        self.kind = kind
+        self.width = width
+        self.dtype = dtype
+        self.op = op
+
+    # Out[3], Out["int64"], Out[3, "float32"], Cell["sum"]
+    def __getitem__(self, item):
+        if self.kind == "Cell":
+            if self.op is not None:
+                raise TypeError("Cell takes one reduction op: Cell['sum']")
+            if item not in CELL_OPS:
+                raise ValueError(
+                    f"unknown cell op {item!r}: a Cell reduces with one of {', '.join(CELL_OPS)}")
+            return Role("Cell", op=item)
+        if self.kind != "Out" or self.width is not None or self.dtype is not None:
+            raise TypeError(f"{self.kind} takes no subscript; only Out[width] / Out[dtype] and Cell[op] do")
+        items = item if isinstance(item, tuple) else (item,)
+        width = dtype = None
+        for it in items:
+            if isinstance(it, (int, np.integer)) and not isinstance(it, bool):
+                if it < 1:
+                    raise ValueError(f"Out[{it}]: a vector output's width must be at least 1")
+                width = int(it)
+            else:
+                try:
+                    dtype = np.dtype(it)
+                except TypeError:
+                    raise TypeError(f"Out[{it!r}]: expected a width (int) or a dtype") from None
+        return Role("Out", width=width, dtype=dtype)
+
+    def __repr__(self):
+        if self.kind == "Cell" and self.op:
+            return f"Cell[{self.op!r}]"
+        parts = []
+        if self.width is not None:
+            parts.append(str(self.width))
+        if self.dtype is not None:
+            parts.append(repr(self.dtype.name))
+        return f"{self.kind}[{', '.join(parts)}]" if parts else self.kind
+
+    def __eq__(self, other):
+        return isinstance(other, Role) and (self.kind, self.width, self.dtype, self.op) == (
+            other.kind, other.width, other.dtype, other.op)
+
+    def __hash__(self):
+        return hash((self.kind, self.width, self.dtype, self.op))
+
+    def __reduce__(self):
+        return (Role, (self.kind, self.width, self.dtype, self.op))
+
+    @property
+    def out_dtype(self):
+        """dtype of an output plane eagle allocates (float64 unless declared)."""
+        return self.dtype if self.dtype is not None else np.dtype(np.float64)
+
+
+In = Role("In")
+Out = Role("Out")
+Mutable = Role("Mutable")
+Param = Role("Param")
+Cell = Role("Cell")
+
+PLANE_KINDS = ("In", "Out", "Mutable")
+OUTPUT_KINDS = ("Out", "Mutable")
