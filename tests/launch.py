@@ -1,0 +1,83 @@
+"""Launch helpers for tests: MPI jobs on loopback only, and the loopback listener check.
+
+The mpich wheel's default ``mpiexec`` (hydra) listens on every interface, and its UCX transport
+on the machine's public address; ``mpiexec.gforker`` with ``UCX_NET_DEVICES=lo`` keeps every
+listener on 127.0.0.1.  Every MPI job the tests start goes through :func:`mpiexec`.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def gforker():
+    """Path of the mpich wheel's fork-based launcher, or None."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec.gforker")
+    return here if os.path.exists(here) else shutil.which("mpiexec.gforker")
+
+
+def loopback_env(extra=None):
+    env = dict(os.environ)
+    env["UCX_NET_DEVICES"] = "lo"
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(extra or {})
+    return env
+
+
+def require_mpi():
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        pytest.skip("mpi4py is not installed (pip install '.[mpi]')")
+    if gforker() is None:
+        pytest.skip("mpiexec.gforker (the mpich wheel) is not installed")
+
+
+def mpiexec(n, args, *, timeout=180, env=None, check=True, popen=False):
+    """Run ``python *args`` under ``mpiexec.gforker -n n`` on loopback; return the CompletedProcess."""
+    require_mpi()
+    cmd = [gforker(), "-n", str(n), sys.executable, *args]
+    if popen:
+        return subprocess.Popen(cmd, env=loopback_env(env), cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.run(cmd, env=loopback_env(env), cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"mpiexec -n {n} {' '.join(args)} exited {proc.returncode}\n"
+                             f"--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def listeners(pids):
+    """(pid, ip, port) of every listening inet socket the given processes hold."""
+    import psutil
+    out = []
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="inet")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        out += [(pid, c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN]
+    return out
+
+
+def beyond_loopback(found):
+    """The listeners of ``listeners()`` bound to anything but a loopback address."""
+    return [(pid, ip, port) for pid, ip, port in found if not ipaddress.ip_address(ip).is_loopback]
+
+
+def process_tree(pid):
+    import psutil
+    try:
+        p = psutil.Process(pid)
+        return [pid] + [c.pid for c in p.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
