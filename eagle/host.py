@@ -135,6 +135,11 @@ class _HostTeam(Structure):
 
     name = "host_team"
 
+    @staticmethod
+    def threads() -> int:
+        """The team size a run uses now: ``EAGLE_NUM_THREADS`` or the CPUs this process may use."""
+        return num_threads()
+
     def execute(self, plan, bound, device):
         entry = plan.plugin.host
         parts = [entry.run(bound.values, p.base, p.stop) for p in plan.partitions_for(bound.n)]
