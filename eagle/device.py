@@ -114,12 +114,18 @@ def placement(kernel: str, planes: dict, device):
     return (next(iter(known.values())) if known else 0), bool(where)
 
 
-def _device_zeros(shape, dtype):
-    try:
-        import cupy
-    except ImportError:
-        return cuda_module().to_device(np.zeros(shape, dtype=dtype))
-    return cupy.zeros(shape, dtype=dtype)
+def device_zeros(device: int):
+    """An ``alloc`` for ``eagle.plan.bind`` that puts eagle-allocated outputs on GPU ``device``."""
+    def alloc(shape, dtype):
+        try:
+            import cupy
+        except ImportError:
+            cuda = check_gpu(device)
+            with cuda.gpus[device]:
+                return cuda.to_device(np.zeros(shape, dtype=dtype))
+        with cupy.cuda.Device(device):
+            return cupy.zeros(shape, dtype=dtype)
+    return alloc
 
 
 # -- the compiled entry ----------------------------------------------------------------------
@@ -129,15 +135,21 @@ class DeviceEntry:
 
     def __init__(self, plugin):
         self.plugin = plugin
-        self.source = device_source(plugin)
-        self._module = None
+        self._source = self._module = None
         self._lock = threading.Lock()
+
+    @property
+    def source(self) -> str:
+        """The generated module's text (needs numba's CUDA target: its options depend on it)."""
+        if self._source is None:
+            cuda_module()
+            self._source = device_source(self.plugin)
+        return self._source
 
     @property
     def launch(self):
         with self._lock:
             if self._module is None:
-                cuda_module()
                 self._module = load_module("device", self.plugin, self.source)
         return self._module._eagle_launch
 
@@ -149,7 +161,7 @@ class DeviceEntry:
         p = self.plugin
         per = samples_per_thread(p, count)
         threads = -(-count // per)
-        block = min(BLOCK, threads)
+        block = BLOCK                     # whole blocks: threads past stop meet the bounds guard
         grid = -(-threads // block)
         try:
             with no_contraction(p):
@@ -241,7 +253,7 @@ class _DeviceKernel(Structure):
     def bind(self, plan, planes, device):
         """``eagle.plan.bind``'s rules, plus where the planes lie; missing Outs go where the inputs are."""
         dev, any_on_device = placement(plan.plugin.name, planes, device)
-        alloc = _device_zeros if any_on_device else np.zeros
+        alloc = device_zeros(dev) if any_on_device else np.zeros
         bound = plan_bind(plan.plugin, planes, alloc=alloc, gathered=self.gathered)
         bound.device = dev
         return bound
