@@ -265,3 +265,34 @@ def test_gpu_declared_fma_contracts():
     x = np.random.default_rng(7).uniform(-3, 3, 100003)
     y = eplan.plan(fused, structure=eexec.DeviceKernel).run(x=x, a=0.1, b=-1.7)
     assert not same_bits(y, 0.1 * x + -1.7)              # some sample rounds differently when fused
+
+
+def test_gpu_check_script_is_valid():
+    """scripts/gpu_check.sh parses and the throughput script imports (they run only on a GPU)."""
+    assert subprocess.run(["bash", "-n", os.path.join(ROOT, "scripts", "gpu_check.sh")]).returncode == 0
+    import scripts.gpu_throughput as g
+    assert g.stream.name == "stream" and eagle.deploy(g.oscillator).cells == {"energy": "sum"}
+
+
+def test_nvvm_gets_fma_off_unless_declared(monkeypatch):
+    """Where cuda.jit has no fma= switch, compilations eagle starts pass NVVM fma=0 (fma=True: untouched)."""
+    from eagle import device_codegen as dc
+    if dc.jit_accepts("fma"):
+        pytest.skip("this numba's cuda.jit takes fma= itself")
+    from numba.cuda.cudadrv import nvvm
+    seen = []
+    monkeypatch.setattr(nvvm, "compile_ir", lambda ir, **opts: seen.append(opts))
+    plain = eagle.deploy(CASES["axpb"][0])
+
+    @eagle.kernel(fma=True)
+    def fused(i, x: eagle.In, y: eagle.Out):
+        y[i] = 2.0 * x[i] + 1.0
+
+    with dc.no_contraction(plain):
+        nvvm.compile_ir("ir", opt=3)
+    with dc.no_contraction(eagle.deploy(fused)):
+        nvvm.compile_ir("ir", opt=3)
+    nvvm.compile_ir("ir", opt=3)                       # not eagle's compilation
+    assert seen == [{"opt": 3, "fma": False}, {"opt": 3}, {"opt": 3}]
+    assert "contraction: off" in dc.device_source(plain)
+    assert "contraction: on" in dc.device_source(eagle.deploy(fused))
