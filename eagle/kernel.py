@@ -39,6 +39,19 @@ def read_source(fn, name):
     return src, line0 + fdef.lineno - 1
 
 
+def _failing_annotation(fn):
+    """The first parameter whose (postponed, string) annotation does not evaluate."""
+    raw = inspect.get_annotations(fn)
+    for pname, text in raw.items():
+        if not isinstance(text, str):
+            continue
+        try:
+            eval(text, getattr(fn, "__globals__", {}))
+        except Exception:
+            return pname
+    return None
+
+
 def signature_roles(fn, name):
     """(index name, ((role, name), ...)) from a kernel's signature, refusing bad annotations."""
     sig = inspect.signature(fn)
@@ -51,8 +64,9 @@ def signature_roles(fn, name):
                             "a kernel takes plain named parameters only")
     try:
         ann = inspect.get_annotations(fn, eval_str=True)
-    except Exception as e:  # a string annotation that does not evaluate
-        raise TypeError(f"kernel {name!r}: its annotations could not be evaluated ({e})") from None
+    except Exception as e:  # a string annotation that does not evaluate: name its parameter
+        raise TypeError(f"kernel {name!r}: the annotation of parameter {_failing_annotation(fn)!r} could "
+                        f"not be evaluated ({e})") from None
     idx = params[0].name
     if idx in ann:
         raise TypeError(f"kernel {name!r}: the first parameter {idx!r} is the sample index and takes no "
