@@ -114,18 +114,20 @@ class Kernel:
         return f"<eagle kernel {self.name}({self.index_name}, {args})>"
 
     # a kernel defined in __main__ or a notebook pickles by value
+    # the roles travel evaluated: with postponed annotations (``from __future__ import
+    # annotations``) the function pickled by value no longer holds the names they refer to
     def __reduce__(self):
         return (_rebuild_kernel, (_pickler().dumps(self.fn), self.access, self.fma,
-                                  self.source, self.first_line))
+                                  self.source, self.first_line, (self.index_name, self.arg_spec, self.defaults)))
 
 
-def _rebuild_kernel(fn_bytes, access, fma, source, first_line):
+def _rebuild_kernel(fn_bytes, access, fma, source, first_line, signature):
     import pickle
     k = Kernel.__new__(Kernel)
     k.fn = pickle.loads(fn_bytes)
     k.name = k.fn.__name__
     k.access, k.fma = access, fma
-    k.index_name, k.arg_spec, k.defaults = signature_roles(k.fn, k.name)
+    k.index_name, k.arg_spec, k.defaults = signature
     k.source, k.first_line = source, first_line
     k.__doc__, k.__name__ = k.fn.__doc__, k.name
     k.__qualname__ = getattr(k.fn, "__qualname__", k.name)
