@@ -11,7 +11,7 @@ import pytest
 
 import eagle
 import eagle.exec as eexec
-from eagle import Cell, In, Mutable, Out, Param
+from eagle import Cell, In, Mutable, Out
 from eagle import plan as eplan
 from tests.kernels import CASES, axpb, histogram, inputs, oscillator, picky, reductions, same_bits, vectors
 
