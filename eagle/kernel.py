@@ -39,6 +39,19 @@ def read_source(fn, name):
     return src, line0 + fdef.lineno - 1
 
 
+def _failing_annotation(fn):
+    """The first parameter whose (postponed, string) annotation does not evaluate."""
+    raw = inspect.get_annotations(fn)
+    for pname, text in raw.items():
+        if not isinstance(text, str):
+            continue
+        try:
+            eval(text, getattr(fn, "__globals__", {}))
+        except Exception:
+            return pname
+    return None
+
+
 def signature_roles(fn, name):
     """(index name, ((role, name), ...)) from a kernel's signature, refusing bad annotations."""
     sig = inspect.signature(fn)
@@ -51,8 +64,9 @@ def signature_roles(fn, name):
                             "a kernel takes plain named parameters only")
     try:
         ann = inspect.get_annotations(fn, eval_str=True)
-    except Exception as e:  # a string annotation that does not evaluate
-        raise TypeError(f"kernel {name!r}: its annotations could not be evaluated ({e})") from None
+    except Exception as e:  # a string annotation that does not evaluate: name its parameter
+        raise TypeError(f"kernel {name!r}: the annotation of parameter {_failing_annotation(fn)!r} could "
+                        f"not be evaluated ({e})") from None
     idx = params[0].name
     if idx in ann:
         raise TypeError(f"kernel {name!r}: the first parameter {idx!r} is the sample index and takes no "
@@ -100,18 +114,20 @@ class Kernel:
         return f"<eagle kernel {self.name}({self.index_name}, {args})>"
 
     # a kernel defined in __main__ or a notebook pickles by value
+    # the roles travel evaluated: with postponed annotations (``from __future__ import
+    # annotations``) the function pickled by value no longer holds the names they refer to
     def __reduce__(self):
         return (_rebuild_kernel, (_pickler().dumps(self.fn), self.access, self.fma,
-                                  self.source, self.first_line))
+                                  self.source, self.first_line, (self.index_name, self.arg_spec, self.defaults)))
 
 
-def _rebuild_kernel(fn_bytes, access, fma, source, first_line):
+def _rebuild_kernel(fn_bytes, access, fma, source, first_line, signature):
     import pickle
     k = Kernel.__new__(Kernel)
     k.fn = pickle.loads(fn_bytes)
     k.name = k.fn.__name__
     k.access, k.fma = access, fma
-    k.index_name, k.arg_spec, k.defaults = signature_roles(k.fn, k.name)
+    k.index_name, k.arg_spec, k.defaults = signature
     k.source, k.first_line = source, first_line
     k.__doc__, k.__name__ = k.fn.__doc__, k.name
     k.__qualname__ = getattr(k.fn, "__qualname__", k.name)

@@ -173,8 +173,8 @@ class Plan:
     def run(self, *, device=None, **planes):
         """Run the kernel over every sample of ``planes``; see the module docstring for the result."""
         if device is not None and not (self.structure.uses_device or getattr(self.inner, "uses_device", False)):
-            raise ValueError(f"device={device!r}: {self.structure!r} runs on CPU threads; device= picks the GPU "
-                             "of a DeviceKernel plan (or of inner=DeviceKernel)")
+            raise ValueError(f"kernel {self.plugin.name!r}: device={device!r}, but {self.structure!r} runs on "
+                             "CPU threads; device= picks the GPU of a DeviceKernel plan (or of inner=DeviceKernel)")
         bound = self.structure.bind(self, planes, device)
         rows = self.structure.execute(self, bound, device)
         return self.result(bound, rows)
@@ -197,25 +197,27 @@ def plan(plugin, *, structure, inner=None, npartitions=1, partitions=None) -> Pl
         plugin = deploy(plugin)
     k = plugin.name
     if not isinstance(structure, Structure):
-        raise TypeError(f"structure={structure!r} is not an execution structure; use eagle.exec.HostTeam, "
-                        "DeviceKernel, RankPartition or eagle_dask.DaskPartition")
+        raise TypeError(f"kernel {k!r}: structure={structure!r} is not an execution structure; use "
+                        "eagle.exec.HostTeam, DeviceKernel, RankPartition or eagle_dask.DaskPartition")
     if "device" in plugin.roles:
         raise ValueError(f"kernel {k!r} has a plane named 'device', which Plan.run(device=...) reserves "
                          "for choosing the GPU; rename the argument")
     if inner is not None:
         if not structure.has_ranks:
-            raise ValueError(f"inner={inner!r} names what runs each rank's share, and {structure!r} has no "
-                             "ranks; inner= goes with RankPartition or DaskPartition")
+            raise ValueError(f"kernel {k!r}: inner={inner!r} names what runs each rank's share, and "
+                             f"{structure!r} has no ranks; inner= goes with RankPartition or DaskPartition")
     elif structure.has_ranks:
         from .host import HostTeam
         inner = HostTeam
     if inner is not None and (not isinstance(inner, Structure) or inner.has_ranks):
-        raise ValueError(f"inner={inner!r}: a rank's share runs through HostTeam or DeviceKernel")
+        raise ValueError(f"kernel {k!r}: inner={inner!r}: a rank's share runs through HostTeam or "
+                         "DeviceKernel")
     if isinstance(npartitions, bool) or not isinstance(npartitions, int) or npartitions < 1:
-        raise ValueError(f"npartitions={npartitions!r}: a plan has at least one partition (an integer >= 1)")
+        raise ValueError(f"kernel {k!r}: npartitions={npartitions!r}: a plan has at least one partition "
+                         "(an integer >= 1)")
     if partitions is not None:
         if npartitions != 1:
-            raise ValueError("give npartitions= or partitions=, not both")
+            raise ValueError(f"kernel {k!r}: give npartitions= or partitions=, not both")
         partitions = list(partitions)
         if not partitions:
             raise ValueError(f"kernel {k!r}: partitions= is empty; give at least one")
