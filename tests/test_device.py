@@ -80,7 +80,7 @@ class _Dev:
 
 def test_device_on_a_host_plan_is_refused():
     p = eplan.plan(CASES["axpb"][0], structure=eexec.HostTeam)
-    with pytest.raises(ValueError, match=r"device=0: .*HostTeam.* CPU threads"):
+    with pytest.raises(ValueError, match=r"kernel 'axpb': device=0, but .*HostTeam runs on CPU threads"):
         p.run(device=0, **inputs("axpb", 5))
 
 
