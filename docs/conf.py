@@ -4,7 +4,8 @@ Build with ``make -C docs html`` (warnings are errors).  Notebooks in ``notebook
 pages: they are copied into ``docs/notebooks/`` (generated, not committed) when the build starts.
 They are committed without outputs and are not executed by the site build; CI executes them
 separately with ``scripts/run_notebooks.py``.  To render executed notebooks, point
-``EAGLE_EXECUTED_NOTEBOOKS`` at the directory that script wrote them to (``--out``).
+``EAGLE_EXECUTED_NOTEBOOKS`` at the directory that script wrote them to (``--out``; absolute, or
+relative to the repository root); a notebook missing there is taken from ``notebooks/``.
 """
 import os
 import shutil
@@ -15,13 +16,17 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 # -- notebooks as pages ---------------------------------------------------------------------
-_source = os.environ.get("EAGLE_EXECUTED_NOTEBOOKS") or os.path.join(ROOT, "notebooks")
+_committed = os.path.join(ROOT, "notebooks")
+_executed = os.path.join(ROOT, os.environ.get("EAGLE_EXECUTED_NOTEBOOKS", ""))  # relative to the repo root
 _target = os.path.join(HERE, "notebooks")
 shutil.rmtree(_target, ignore_errors=True)
 os.makedirs(_target)
-for _name in sorted(os.listdir(_source)):
+for _name in sorted(os.listdir(_committed)):
     if _name.endswith(".ipynb"):
-        shutil.copy2(os.path.join(_source, _name), os.path.join(_target, _name))
+        _run = os.path.join(_executed, _name)
+        _src = _run if os.environ.get("EAGLE_EXECUTED_NOTEBOOKS") and os.path.exists(_run) else \
+            os.path.join(_committed, _name)
+        shutil.copy2(_src, os.path.join(_target, _name))
 
 # -- project --------------------------------------------------------------------------------
 project = "eagle"
