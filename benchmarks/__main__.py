@@ -35,7 +35,7 @@ def parse(argv=None):
     ap.add_argument("--kernels", help="comma-separated subset of stream,oscillator,stencil,mapreduce")
     ap.add_argument("--repeats", type=int, help="timed runs per arm (default 5; quick 3; smoke 1)")
     ap.add_argument("--steps", type=int, help="oscillator steps (default 1000; quick 200)")
-    ap.add_argument("--workers", type=_ints, default=[1, 2, 4], help="Dask worker counts (default 1,2,4)")
+    ap.add_argument("--workers", type=_ints, help="Dask worker counts (default 1,2,4; quick 1,2)")
     ap.add_argument("--ranks", type=_ints, default=[1, 2], help="MPI world sizes (default 1,2)")
     ap.add_argument("--no-mpi", action="store_true", help="leave out the RankPartition arms")
     ap.add_argument("--no-dask", action="store_true", help="leave out the Dask arms")
@@ -65,12 +65,13 @@ def settings(a):
         groups.discard("mpi")
     if a.no_dask:
         groups.discard("dask")
-    return (a.sizes or sizes, kernels, a.repeats or repeats, a.steps or steps, groups)
+    workers = a.workers or ([1, 2] if a.quick else [1, 2, 4])
+    return (a.sizes or sizes, kernels, a.repeats or repeats, a.steps or steps, groups, workers)
 
 
 def main(argv=None) -> int:
     a = parse(argv)
-    sizes, kernels, repeats, steps, groups = settings(a)
+    sizes, kernels, repeats, steps, groups, workers = settings(a)
     from . import arms, report
     from .kernels import SPECS
     from .measure import Case
@@ -96,8 +97,8 @@ def main(argv=None) -> int:
         if "host" in groups:
             rows.append(arms.numpy_arm(c))
     if "dask" in groups:
-        say(f"dask arms on {', '.join(map(str, a.workers))} worker(s)")
-        rows += arms.dask_arms(cases, a.workers)
+        say(f"dask arms on {', '.join(map(str, workers))} worker(s)")
+        rows += arms.dask_arms(cases, workers)
     if "mpi" in groups:
         say(f"mpi arms, mpiexec.gforker -n {', '.join(map(str, a.ranks))}")
         rows += arms.mpi_arms(cases, a.ranks)
@@ -107,6 +108,9 @@ def main(argv=None) -> int:
     rows = report.finish(rows)
     print()
     print(report.table(rows))
+    if a.quick:
+        print(f"quick mode: n={sizes}, oscillator {steps} steps (full: 1000), {repeats} repeats, Dask on "
+              f"{workers} worker(s) (full: 1,2,4); run without --quick for sizes 1e4, 1e6, 1e7.")
     paths = report.write_all(rows, a.out)
     say(f"wrote {paths['csv']}; plot: {paths['png']}; all threads = {everyone}")
     return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import logging
 import os
 import pickle
 import shutil
@@ -172,9 +173,10 @@ def mpi_arms(cases: list[Case], ranks=(1, 2), timeout=600) -> list[Row]:
                             note=(f"{detail}kernel time inside the run (slowest rank, between barriers), "
                                   f"1 thread per rank; first run {res['first_s']:.3f}s; job wall {wall:.1f}s"
                                   + (f"; {_steps_note(c)}" if _steps_note(c) else ""))))
-        rows.append(Row("(job)", arm + " job", size, sum(c.n for c in cases), 1, wall, 0.0,
+        rows.append(Row("(job)", arm + " job", size, 0, 1, wall, 0.0,
                         note=(f"whole mpiexec -n {size} job: start-up, import {job['import_s']:.2f}s, "
-                              f"compile, {len(cases)} case(s) x (warm-up + repeats + memory run)")))
+                              f"compile, {len(cases)} case(s) x (warm-up + repeats + memory run), "
+                              f"{sum(c.n for c in cases)} samples a run over all cases")))
     return rows
 
 
@@ -220,14 +222,20 @@ def start_cluster(workers: int):
         except UNAVAILABLE:
             from distributed import Client, LocalCluster
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                   dashboard_address=None)
+                                   dashboard_address=None, silence_logs=logging.ERROR)
             return Client(cluster), "distributed.LocalCluster (eagle_dask.local_cluster unavailable)"
 
 
-def _overhead(run, case, tiny_n):
-    """Median time of a run at ``tiny_n`` samples: the fixed per-run cost."""
+def _overhead(run, case, tiny_n, runs=3):
+    """Median time of ``runs`` runs at ``tiny_n`` samples (already warm): the fixed per-run cost."""
     small = Case(case.kernel, tiny_n, case.steps, case.repeats)
-    return median(measure(run, small.fresh, max(3, case.repeats)).times)
+    times = []
+    for _ in range(runs):
+        p = small.fresh()
+        t = time.perf_counter()
+        run(p)
+        times.append(time.perf_counter() - t)
+    return median(times)
 
 
 def _dask_bytes(plugin, case, result, workers, sliceable) -> int:
@@ -338,7 +346,7 @@ def dask_arms(cases: list[Case], workers_list=(1, 2, 4)) -> list[Row]:
                 rows.append(skipped(c.kernel, "dask_partition", w, c.n, dp_reason) if dp_reason
                             else dask_partition_arm(c, client, w))
                 rows.append(map_blocks_arm(c, client, w))
-            rows.append(Row("(job)", "dask cluster start job", w, 0, 1, start_s, 0.0,
+            rows.append(Row("(cluster)", "dask cluster start job", w, 0, 1, start_s, 0.0,
                             note=f"{how}: {w} worker process(es), 1 thread each, 127.0.0.1"))
         finally:
             with contextlib.suppress(Exception):

@@ -55,7 +55,7 @@ def finish(rows: list[Row]) -> list[Row]:
     """Fill samples/s and the ratio to the same run's 1-thread HostTeam baseline."""
     base = {(r.kernel, r.n): r.median_s for r in rows if r.arm == BASELINE and r.workers == 1 and r.ran}
     for r in rows:
-        if r.ran and r.median_s > 0:
+        if r.ran and r.median_s > 0 and r.n > 0:
             r.samples_per_s = r.n / r.median_s
             b = base.get((r.kernel, r.n))
             if b is not None:
@@ -71,7 +71,7 @@ def _fmt(v, kind):
     if kind == "rate":
         return f"{v:.3g}"
     if kind == "ratio":
-        return f"{v:.2f}x"
+        return f"{v:.3g}x"
     if kind == "bytes":
         v = float(v)
         for unit in ("B", "KB", "MB", "GB"):
@@ -157,7 +157,9 @@ def plot(rows: list[Row], path: str) -> str:
         axes[0][k].set_title(f"{name}, n={n:.0e}")
         axes[0][k].set_ylabel("median time (s)")
         axes[1][k].set_ylabel("samples/s")
+        ticks = sorted({r.workers for r in mine})
         for ax in (axes[0][k], axes[1][k]):
+            ax.set_xticks(ticks)
             ax.set_yscale("log")
             ax.set_xlabel("threads / ranks / workers")
             ax.grid(True, which="both", alpha=0.3)
