@@ -80,6 +80,7 @@ def main(argv=None) -> int:
         print(f"unknown kernel(s) {', '.join(unknown)}; choose from {', '.join(SPECS)}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
+    load0 = os.getloadavg()[0]
     everyone = arms.all_threads()
     cases = [Case(k, n, steps, repeats) for n in sizes for k in kernels]
     rows = []
@@ -111,7 +112,11 @@ def main(argv=None) -> int:
     if a.quick:
         print(f"quick mode: n={sizes}, oscillator {steps} steps (full: 1000), {repeats} repeats, Dask on "
               f"{workers} worker(s) (full: 1,2,4); run without --quick for sizes 1e4, 1e6, 1e7.")
-    paths = report.write_all(rows, a.out)
+    machine = (f"machine: {os.cpu_count()} CPUs, {everyone} threads for 'all'; load average "
+               f"{load0:.1f} at start, {os.getloadavg()[0]:.1f} at end (above the CPU count: timings "
+               "include other work)")
+    print(machine)
+    paths = report.write_all(rows, a.out, footer=machine)
     say(f"wrote {paths['csv']}; plot: {paths['png']}; all threads = {everyone}")
     return 0
 

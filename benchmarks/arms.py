@@ -104,6 +104,8 @@ def host_team(case: Case, count: int) -> Row:
 
     with threads(count):
         t = measure(run, case.fresh, case.repeats)
+    lanes = getattr(plugin, "host_lanes", None)
+    lanes = f"host lanes {lanes}" if lanes is not None else ""
     if case.reference is None:                        # the baseline: compare it with its own warm-up
         case.reference = t.result
         case.ref_digest = bits.digest(t.result)
@@ -112,8 +114,8 @@ def host_team(case: Case, count: int) -> Row:
                    bytes_moved=0, peak_driver_mem_mb=t.peak_mb, identical=same,
                    note="; ".join(x for x in ("baseline and reference (run-to-run bits checked)",
                                               f"first run {t.first_s:.3f}s (warm-up: compile/cache load)",
-                                              detail, _steps_note(case)) if x))
-    return _row(case, "host_team", count, t, note=_steps_note(case))
+                                              detail, _steps_note(case), lanes) if x))
+    return _row(case, "host_team", count, t, note="; ".join(x for x in (_steps_note(case), lanes) if x))
 
 
 def numba_loop(case: Case) -> Row:

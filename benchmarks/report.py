@@ -170,11 +170,11 @@ def plot(rows: list[Row], path: str) -> str:
     return path
 
 
-def write_all(rows: list[Row], out_dir: str) -> dict:
+def write_all(rows: list[Row], out_dir: str, footer: str = "") -> dict:
     os.makedirs(out_dir, exist_ok=True)
     csv_path = write_csv(rows, os.path.join(out_dir, "results.csv"))
     png = plot(rows, os.path.join(out_dir, "results.png"))
     with open(os.path.join(out_dir, "results.txt"), "w") as f:
-        f.write(table(rows, note_width=10**6) + "\n")
+        f.write(table(rows, note_width=10**6) + "\n" + (footer + "\n" if footer else ""))
     return {"csv": csv_path, "png": png}
 
