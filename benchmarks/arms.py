@@ -240,16 +240,26 @@ def _overhead(run, case, tiny_n, runs=3):
     return median(times)
 
 
-def _dask_bytes(plugin, case, result, workers, sliceable) -> int:
-    """Inputs shipped (a slice each, or whole per worker) + outputs and row partials returned."""
+def _dask_bytes(plugin, case, result, workers, sliceable, cell_bytes=None, ships_plugin=True) -> int:
+    """Inputs shipped (a slice each, or whole per worker) + outputs and cell partials returned.
+
+    ``cell_bytes``: bytes of the cells' partials returned (default: eagle's row partials, 16 bytes
+    per row of 32 samples per cell); ``ships_plugin``: the pickled plugin goes to every worker.
+    """
     shipped = 0
     for role, name in plugin.arg_spec:
         if role.kind in ("In", "Mutable"):
             nb = case.base[name].nbytes
             shipped += nb if name in sliceable else nb * workers
     returned = sum(np.asarray(result[nm]).nbytes for nm in plugin.names("Out", "Mutable"))
-    returned += len(plugin.cells) * 16 * -(-case.n // 32)
-    return shipped + returned + len(pickle.dumps(plugin)) * workers
+    returned += len(plugin.cells) * 16 * -(-case.n // 32) if cell_bytes is None else cell_bytes
+    return shipped + returned + (len(pickle.dumps(plugin)) * workers if ships_plugin else 0)
+
+
+def _split_note(over, total, tiny_n):
+    kern = total - over
+    rest = f"kernel+transfer {kern:.3f}s" if kern > 0 else "kernel+transfer below the timing noise"
+    return f"fixed overhead {over:.3f}s (n={tiny_n} run), {rest}"
 
 
 def dask_partition_arm(case: Case, client, workers: int, inner=None, arm="dask_partition", reference=None) -> Row:
@@ -266,9 +276,8 @@ def dask_partition_arm(case: Case, client, workers: int, inner=None, arm="dask_p
         t = measure(run, case.fresh, case.repeats)
         over = _overhead(run, case, 32 * workers)
         moved = _dask_bytes(plugin, case, t.result, workers, plugin.sliceable)
-        kern = median(t.times) - over
         return _row(case, arm, workers, t, bytes_moved=moved, reference=reference,
-                    note=(f"fixed overhead {over:.3f}s (n={32 * workers} run), kernel+transfer {kern:.3f}s; "
+                    note=(_split_note(over, median(t.times), 32 * workers) + "; "
                           + ("slices shipped" if set(plugin.sliceable) >= set(plugin.names('In', 'Mutable'))
                              else "whole inputs to every worker") + "; 1 thread per worker"
                           + (f"; {_steps_note(case)}" if _steps_note(case) else "")))
@@ -315,10 +324,11 @@ def map_blocks_arm(case: Case, client, workers: int) -> Row:
         t = measure(run, case.fresh, case.repeats)
         over = _overhead(run, case, 32 * workers)
         plugin = case.spec.plugin
-        moved = _dask_bytes(plugin, case, t.result, 1, set(plugin.names("In", "Mutable")))
+        blocks = min(workers, case.n) if case.n else 0
+        moved = _dask_bytes(plugin, case, t.result, 1, set(plugin.names("In", "Mutable")),
+                            cell_bytes=16 * blocks if plugin.cells else 0, ships_plugin=False)
         return _row(case, arm, workers, t, bytes_moved=moved,
-                    note=(f"fixed overhead {over:.3f}s (n={32 * workers} run), kernel+transfer "
-                          f"{median(t.times) - over:.3f}s; plain numba loop per block, "
+                    note=(_split_note(over, median(t.times), 32 * workers) + "; plain numba loop per block, "
                           f"{'map_overlap depth 2' if case.spec.halo else 'one block per worker'}"))
     return _guard(case, arm, workers, body)
 
