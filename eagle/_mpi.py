@@ -338,7 +338,7 @@ class _RankPartition(Structure):
             if err is not None:
                 raise err
             return bound
-        counts = agree(c, err, bound.n)
+        counts = agree(c, err, None if bound is None else bound.n)
         if len(set(counts)) > 1:
             desc = ", ".join(f"rank {r} has {n}" for r, n in enumerate(counts))
             raise ValueError(f"kernel {plan.plugin.name!r}: ranks were given different sample counts "
