@@ -41,7 +41,9 @@ def main(n=100_001, steps=200):
     out = p.run(device=rank, **planes) if on_device else p.run(**planes)   # the whole output, every rank
 
     digest = hashlib.sha256(out["x"].tobytes() + out["v"].tobytes() + out["energy"].tobytes()).hexdigest()
-    print(f"rank {rank} of {size}: energy = {out['energy']!r}, digest {digest[:16]}", flush=True)
+    # one write per line, so that the ranks' lines do not interleave on a shared terminal
+    sys.stdout.write(f"rank {rank} of {size}: energy = {out['energy']!r}, digest {digest[:16]}\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
