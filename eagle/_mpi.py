@@ -332,6 +332,11 @@ class _RankPartition(Structure):
         c = comm()
         try:
             bound, err = super().bind(plan, planes, device), None
+            for name in bound.outputs:
+                if not isinstance(bound.values[name], np.ndarray):
+                    raise TypeError(f"output plane {name!r} of kernel {plan.plugin.name!r} is a "
+                                    f"{type(bound.values[name]).__name__}: RankPartition gathers outputs "
+                                    "through the host; pass a numpy array (device inputs are fine)")
         except Exception as e:  # noqa: BLE001 - every rank raises it below
             bound, err = None, e
         if c is None:

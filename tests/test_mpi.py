@@ -176,6 +176,22 @@ def test_histogram_refused_at_plan_time_without_launcher():
     assert "'histogram'" in str(e.value) and "every world size" in str(e.value)
 
 
+class FakeDevicePlane:
+    """Looks like a device array to eagle (``__cuda_array_interface__``), holds host memory."""
+
+    def __init__(self, a):
+        self._a = a
+        self.shape, self.ndim, self.dtype, self.flags = a.shape, a.ndim, a.dtype, a.flags
+        self.__cuda_array_interface__ = {"shape": a.shape, "typestr": a.dtype.str, "version": 3,
+                                         "data": (a.ctypes.data, False)}
+
+
+def test_device_resident_output_refused_by_name():
+    p = eplan.plan(eagle.deploy(K.axpb), structure=RP)
+    with pytest.raises(TypeError, match="output plane 'y' of kernel 'axpb'.*through the host"):
+        p.run(**K.inputs("axpb", 5), y=FakeDevicePlane(np.zeros(5)))
+
+
 # -- a raising rank --------------------------------------------------------------------------------
 @pytest.mark.parametrize("size", [2, 3])
 def test_raising_rank_reaches_every_rank(size, tmp_path):
