@@ -1,0 +1,34 @@
+"""RankPartition with inner=DeviceKernel (run under NUMBA_ENABLE_CUDASIM=1), device=rank.
+
+usage: device.py OUTDIR
+Each rank compares what it returns with one process running the same kernel on DeviceKernel
+(the promise: the same bits as one process with the same inner structure).  Records
+``not_implemented`` when this eagle has no DeviceKernel yet.
+"""
+import eagle
+import eagle.exec as eexec
+from eagle import plan as eplan
+from tests import kernels as K
+
+import _record
+
+SIZES = (0, 1, 33, 97)
+rank, size = eexec.RankPartition.world()
+same, refused = {}, {}
+try:
+    for name in K.SPLITTABLE:
+        plugin = eagle.deploy(K.CASES[name][0])
+        try:
+            p = eplan.plan(plugin, structure=eexec.RankPartition, inner=eexec.DeviceKernel)
+        except ValueError as e:
+            refused[name] = str(e)
+            continue
+        one = eplan.plan(plugin, structure=eexec.DeviceKernel)
+        for n in SIZES:
+            got = K.as_dict(plugin, p.run(device=rank, **K.inputs(name, n)))
+            ref = K.as_dict(plugin, one.run(device=rank, **K.inputs(name, n)))
+            same[f"{name}/{n}"] = K.same_bits(got, ref)
+    status = "ran"
+except NotImplementedError as e:
+    status = f"not_implemented: {e}"
+_record.write(rank, {"rank": rank, "size": size, "status": status, "same": same, "refused": refused})
