@@ -225,7 +225,7 @@ def check_gathered(plane, name="plane"):
         raise TypeError(f"plane {name!r} is a {type(plane).__name__}: gathered planes are numpy arrays "
                         "on the host")
     if plane.dtype != np.float64:
-        raise TypeError(f"plane {name!r} is {plane.dtype}: planes gathered across ranks must be float64")
+        raise ValueError(f"plane {name!r} is {plane.dtype}: planes gathered across ranks must be float64")
     if not plane.flags["C_CONTIGUOUS"]:
         raise ValueError(f"plane {name!r} is not C-contiguous: planes are gathered in place; pass "
                          "np.ascontiguousarray(...)")
@@ -322,10 +322,6 @@ class _RankPartition(Structure):
         if plan.partitions is not None or plan.npartitions != 1:
             raise ValueError(f"kernel {k!r}: RankPartition splits the samples by rank (the world size); "
                              "do not give npartitions= or partitions=")
-        for role, name in plan.plugin.arg_spec:
-            if role.kind == "Out" and role.out_dtype != np.float64:
-                raise ValueError(f"output plane {name!r} of kernel {k!r} is declared {role.out_dtype}: outputs "
-                                 "gathered across ranks must be float64 (declare it Out or Out[w])")
 
     def bind(self, plan, planes, device):
         require("RankPartition")

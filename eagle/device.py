@@ -62,6 +62,8 @@ def check_gpu(device=None):
     """Raise a RuntimeError naming the missing piece: the CUDA driver, or a visible GPU."""
     cuda = cuda_module()
     if simulated():
+        if device is not None and not 0 <= device < len(cuda.gpus):
+            raise ValueError(f"device={device!r}: numba's CUDA simulator has one GPU, number 0")
         return cuda
     try:
         count = len(cuda.gpus)

@@ -123,8 +123,8 @@ def _check_output(k, name, role, v, gathered):
             raise ValueError(f"output plane {name!r} of kernel {k!r} is declared Out (one value per sample) and "
                              f"must be (n,), but it has shape {tuple(v.shape)}; declare Out[w] for vectors")
     if gathered and v.dtype != np.float64:
-        raise TypeError(f"output plane {name!r} of kernel {k!r} is {v.dtype}: outputs gathered from ranks "
-                        "or workers must be float64")
+        raise ValueError(f"output plane {name!r} of kernel {k!r} is {v.dtype}: outputs gathered from ranks "
+                         "or workers must be float64")
     flags = getattr(v, "flags", None)
     if flags is not None:
         if not flags["C_CONTIGUOUS"]:
@@ -223,6 +223,11 @@ def plan(plugin, *, structure, inner=None, npartitions=1, partitions=None) -> Pl
             raise ValueError(f"kernel {k!r}: partitions= is empty; give at least one")
     count = len(partitions) if partitions is not None else npartitions
     check_placement(plugin.exec_access, structure, count, kernel=k)
+    if structure.gathered:
+        for role, name in plugin.arg_spec:
+            if role.kind == "Out" and role.out_dtype != np.float64:
+                raise ValueError(f"output plane {name!r} of kernel {k!r} is declared {role.out_dtype}: outputs "
+                                 "gathered from ranks or workers must be float64 (declare it Out or Out[w])")
     p = Plan(plugin, structure, inner, npartitions, partitions)
     structure.check_plan(p)
     return p
