@@ -15,6 +15,7 @@ import numpy as np
 
 from .access import CROSS_SAMPLE_WRITE
 from .codegen import host_source, load_module
+from .lanes import choose
 from .errors import kernel_error
 from .partition import ROW, row_span
 from .reduction import IDENTITY
@@ -68,9 +69,12 @@ def tiles(start: int, stop: int, threads: int, rows: bool) -> list[tuple[int, in
 class HostEntry:
     """The compiled host loop of one plugin (one per process, keyed by the plugin's hash)."""
 
-    def __init__(self, plugin):
+    def __init__(self, plugin, lanes: int | None = None):
+        """``lanes``: samples run in lockstep (``eagle.lanes``); None lets eagle choose
+        (``EAGLE_HOST_LANES`` forces it), 1 runs one sample at a time."""
         self.plugin = plugin
-        self.source = host_source(plugin)
+        self.lanes, self.lanes_reason = choose(plugin, lanes)
+        self.source = host_source(plugin, self.lanes)
         self.module = load_module("host", plugin, self.source)
         self.tile = self.module._eagle_tile
 
