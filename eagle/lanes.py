@@ -28,7 +28,14 @@ other's writes (``cross_sample_write``), one that raises (the loop records the s
 and one that draws random numbers (the order of draws would change) run one at a time; so does a
 body using a construct the transform does not handle.  ``choose`` says which, with a reason:
 ``plugin.host_lanes`` / ``plugin.host_lanes_reason``.  ``EAGLE_HOST_LANES`` (read when a host
-entry is built) forces a lane count; ``EAGLE_HOST_LANES=1`` runs one sample at a time.
+entry is built) forces a lane count; ``EAGLE_HOST_LANES=1`` runs one sample at a time.  A laned
+body numba does not compile falls back too (``HostEntry._compile``).
+
+The laned code is compiled like the one-at-a-time body: no fastmath, so LLVM neither contracts
+``a*b + c`` into a fused multiply-add nor reassociates (the tests check the machine code).
+``@eagle.kernel(fma=True)`` allows contraction for one kernel: its bits then differ from numpy's,
+but every expression is contracted alike in the laned and the one-at-a-time body, so they are
+still the same on every split (tested).
 """
 from __future__ import annotations
 
@@ -40,7 +47,10 @@ from .access import CROSS_SAMPLE_WRITE
 
 ENV = "EAGLE_HOST_LANES"
 ALLOWED = (1, 2, 4, 8, 16)          # divide a row of 32: a lane group never straddles a cell row
-DEFAULT, SMALL, BIG_BODY = 8, 4, 400   # lanes, lanes for a body of more than BIG_BODY AST nodes
+DEFAULT, SMALL = 8, 4
+BIG_BODY = 400          # AST nodes: a bigger body runs SMALL lanes (compile time, code size)
+LOOP_STATE = 2          # per-lane names a loop may carry at DEFAULT lanes; more run SMALL lanes
+#                         (16 vector registers: 8 lanes x 3 chains spill, and a spill lengthens a chain)
 I0 = "_eagle_i0"
 
 _UNIFORM_BUILTINS = {"abs", "min", "max", "int", "float", "bool", "len"}
@@ -109,9 +119,10 @@ def choose(plugin, want=None):
         return 1, reason
     from .codegen import body_function
     fdef = ast.parse(body_function(plugin)).body[0]
-    lanes = want or (SMALL if sum(1 for _ in ast.walk(fdef)) > BIG_BODY else DEFAULT)
     try:
-        _Lanes(plugin, fdef, lanes).function()
+        t = _Lanes(plugin, fdef, DEFAULT)
+        lanes = want or t.preferred()
+        t.function()
     except Refused as e:
         return 1, str(e)
     return lanes, None
@@ -198,6 +209,19 @@ class _Lanes:
                 raise Refused("the body returns before its end, which the lane transform does not handle")
             if isinstance(node, (ast.Raise, ast.Assert)):
                 raise Refused("raises or asserts: the loop records the sample it is at")
+
+    def preferred(self) -> int:
+        """The lane count for this body: SMALL for a big body or for loops carrying many per-lane
+        values (they would not fit in registers at DEFAULT lanes), else DEFAULT."""
+        if sum(1 for _ in ast.walk(self.fdef)) > BIG_BODY:
+            return SMALL
+        carried = 0
+        for node in ast.walk(self.fdef):
+            if isinstance(node, (ast.For, ast.While)):
+                names = {n.id for b in node.body for n in ast.walk(b)
+                         if isinstance(n, ast.Name) and n.id in self.per_lane and n.id != self.idx}
+                carried = max(carried, len(names))
+        return SMALL if carried > LOOP_STATE else DEFAULT
 
     # -- uniformity --------------------------------------------------------------------------
     def _uniform_expr(self, e, U) -> bool:
