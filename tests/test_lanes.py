@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import eagle
-from eagle import Cell, In, Mutable, Out, Param
+from eagle import Cell, In, Out, Param
 from eagle.exec import HostTeam
 from eagle.host import HostEntry
 from eagle.lanes import ENV, choose
