@@ -12,9 +12,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from numba.core.errors import NumbaError
 
 from .access import CROSS_SAMPLE_WRITE
 from .codegen import host_source, load_module
+from .lanes import choose
 from .errors import kernel_error
 from .partition import ROW, row_span
 from .reduction import IDENTITY
@@ -68,11 +70,28 @@ def tiles(start: int, stop: int, threads: int, rows: bool) -> list[tuple[int, in
 class HostEntry:
     """The compiled host loop of one plugin (one per process, keyed by the plugin's hash)."""
 
-    def __init__(self, plugin):
+    def __init__(self, plugin, lanes: int | None = None):
+        """``lanes``: samples run in lockstep (``eagle.lanes``); None lets eagle choose
+        (``EAGLE_HOST_LANES`` forces it), 1 runs one sample at a time."""
         self.plugin = plugin
-        self.source = host_source(plugin)
+        self.lanes, self.lanes_reason = choose(plugin, lanes)
+        self.source = host_source(plugin, self.lanes)
         self.module = load_module("host", plugin, self.source)
         self.tile = self.module._eagle_tile
+
+    def _compile(self, start, po, args, r0):
+        """Compile the tile for these argument types; a laned body numba cannot compile falls
+        back to one sample at a time (whose own error, if any, is the kernel's)."""
+        try:
+            self.tile(start, start, po, np.full(1, -1, np.int64), *args, r0)
+        except NumbaError as e:
+            if self.lanes == 1:
+                raise
+            self.lanes, self.lanes_reason = 1, f"the laned body did not compile ({type(e).__name__})"
+            self.source = host_source(self.plugin, 1)
+            self.module = load_module("host", self.plugin, self.source)
+            self.tile = self.module._eagle_tile
+            self.tile(start, start, po, np.full(1, -1, np.int64), *args, r0)
 
     def run(self, values: dict, start: int, stop: int, po: int = 0, threads: int | None = None) -> dict:
         """Run samples ``[start, stop)``; planes in ``values`` start at sample ``po``.
@@ -94,7 +113,7 @@ class HostEntry:
         if not cut:
             return rows
         # compile (or load from the disk cache) in this thread, before the team starts
-        self.tile(start, start, po, np.full(1, -1, np.int64), *args, r0)
+        self._compile(start, po, args, r0)
         progs = [np.full(1, -1, np.int64) for _ in cut]
         errors = [None] * len(cut)
 

@@ -174,6 +174,16 @@ class Plugin:
         return host_entry(self)
 
     @property
+    def host_lanes(self) -> int:
+        """Samples the host entry runs in lockstep (1: one at a time, see ``host_lanes_reason``)."""
+        return self.host.lanes
+
+    @property
+    def host_lanes_reason(self):
+        """Why the host entry runs one sample at a time, or None when it runs lanes."""
+        return self.host.lanes_reason
+
+    @property
     def device(self):
         from .device import device_entry
         return device_entry(self)
