@@ -167,7 +167,6 @@ class _DaskPartition(Structure):
                     for name, block in blocks.items():
                         bound.values[name][p.base:p.stop] = block
                     rows_of[r] = rows
-                    f.release()
                 if pending and not done:
                     if client.nthreads():
                         alone_since = None
@@ -179,8 +178,8 @@ class _DaskPartition(Structure):
                             f"DaskPartition: every worker left the cluster and none came back within "
                             f"{self.timeout:g} s; the blocks of rank(s) {left} of kernel {plugin.name!r} "
                             "were not computed and the output planes are incomplete")
-            if bar is not None:
-                bar.join(timeout=2.0)
+            if bar is not None:            # the bar counts the finished keys: release them after it ends
+                bar.join(timeout=10.0)
         finally:
             for f in futures:
                 f.release()
