@@ -137,11 +137,14 @@ def _worker_class(worker_class, nthreads, worker_options, gpu):
     return worker_class, opts, nthreads
 
 
+def _quiet(level):
+    for name in ("distributed", "tornado"):
+        logging.getLogger(name).setLevel(level)
+
+
 def _quiet_shutdown(client):
     """At exit: stop the scheduler and workers, without the log noise of closing connections."""
-    for name in ("distributed", "distributed.comm", "distributed.core", "distributed.client",
-                 "distributed.batched", "tornado"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+    _quiet(logging.CRITICAL)
     try:
         client.shutdown()
     except Exception:  # noqa: BLE001 - the cluster may already be gone
@@ -150,7 +153,7 @@ def _quiet_shutdown(client):
 
 def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=None, local_directory=None,
                memory_limit="auto", protocol=None, worker_class=None, worker_options=None, comm=None,
-               exit=True, timeout=120):
+               exit=True, timeout=120, quiet=True):
     """dask-mpi's bootstrap: rank 0 runs the scheduler, rank 1 returns a ``Client``, ranks 2+ are workers.
 
     Call it under ``if __name__ == "__main__":`` in the script ``mpirun`` starts.  Where every
@@ -160,7 +163,8 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
     from its local rank) and runs dask-cuda's ``CUDAWorker`` (one thread) where importable,
     a plain worker of ``nthreads`` threads otherwise.  Returns on rank 1 once every worker rank
     has joined; the scheduler and workers end when the script does (``exit=False``: they
-    return None instead of exiting).
+    return None instead of exiting).  ``quiet``: distributed logs warnings and errors only (its
+    INFO lines, and the connection tracebacks it logs as INFO when the cluster stops, are dropped).
     """
     caller = inspect.currentframe().f_back
     if caller is not None and caller.f_globals.get("__name__") != "__main__":
@@ -177,6 +181,8 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
             f"eagle_dask.initialize() needs at least 3 MPI ranks (rank 0 the scheduler, rank 1 this script, "
             f"ranks 2+ the workers), and the world has {size}: launch with mpirun -np 3 or more")
     import dask_mpi
+    if quiet:
+        _quiet(logging.WARNING)
     interface, dashboard_address = _network(comm, interface, dashboard_address)
     gpu = _pin_gpu(comm, 2)
     wclass, opts, threads = _worker_class(worker_class, nthreads, worker_options, gpu)
