@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 
 import numpy as np
 
@@ -150,9 +151,12 @@ class _DaskPartition(Structure):
             for r, p in runs:
                 sliced = {k: np.ascontiguousarray(v[p.base:p.stop]) for k, v in arrays.items()
                           if k in sliceable}
-                f = client.submit(run_block, plugin, inner, r, p.base, p.stop, n, sliced, whole_f, params,
-                                  fresh, device, key=f"eagle-{plugin.name}-{tag}-rank{r}",
-                                  workers=[table[r].address], allow_other_workers=True, pure=False)
+                with warnings.catch_warnings():
+                    # the slices ride in the task on purpose (see above): not a graph to slim down
+                    warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+                    f = client.submit(run_block, plugin, inner, r, p.base, p.stop, n, sliced, whole_f, params,
+                                      fresh, device, key=f"eagle-{plugin.name}-{tag}-rank{r}",
+                                      workers=[table[r].address], allow_other_workers=True, pure=False)
                 futures[f] = (r, p)
             bar = _show_progress(list(futures)) if _progress_wanted(self.progress) else None
             pending, alone_since = set(futures), None
