@@ -212,7 +212,7 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard_address=None,
     by its rank (one GPU each where there are GPUs).  Returns when the cluster is shut down
     (``client.shutdown()``).
     """
-    from distributed import Scheduler, Worker
+    from distributed import Scheduler
     from distributed.utils import import_term
     if comm is None:
         from mpi4py import MPI
