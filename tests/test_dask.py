@@ -173,7 +173,7 @@ def slow_neighbours(i, x: In, steps: Param, y: Out):
 SLOW = {
     "oscillator": (K.oscillator, lambda: {**K.inputs("oscillator", 64), "steps": 20_000_000}),
     "slow_neighbours": (slow_neighbours, lambda: {"x": np.random.default_rng(7).uniform(-1, 1, 64),
-                                                  "steps": 10_000_000}),
+                                                  "steps": 5_000_000}),
 }
 
 
