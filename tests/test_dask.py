@@ -1,0 +1,300 @@
+"""DaskPartition on local clusters (127.0.0.1): the same bits as one process, and its faults.
+
+One module-scoped cluster of 4 single-thread worker processes serves the identity tests; 1, 2
+and 3 workers are the first ranks of it (``DaskPartition.on(client, workers=...)``).  Fault
+tests start their own small clusters, since they kill workers.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+
+import eagle  # noqa: E402
+from eagle import In, Out, Param  # noqa: E402
+import eagle.exec as eexec  # noqa: E402
+import eagle_dask  # noqa: E402
+from eagle import plan as eplan  # noqa: E402
+from eagle_dask import DaskPartition, task  # noqa: E402
+from tests import kernels as K  # noqa: E402
+from tests.launch import ROOT, beyond_loopback, listeners, loopback_env, process_tree  # noqa: E402
+
+WORKERS = 4
+
+
+@pytest.fixture(scope="module")
+def client():
+    c = eagle_dask.local_cluster(n_workers=WORKERS, threads_per_worker=1)
+    c.wait_for_workers(WORKERS, timeout=120)
+    yield c
+    c.close()
+
+
+def one_process(name, n):
+    plugin = eagle.deploy(K.CASES[name][0])
+    return K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**K.inputs(name, n)))
+
+
+def records(client):
+    return [rec for recs in client.run(task.received).values() for rec in recs]
+
+
+def on(client, k, **kw):
+    names = [r.name for r in DaskPartition.on(client).ranks(gpus=False).values()][:k]
+    return DaskPartition.on(client, workers=names, progress=False, **kw)
+
+
+@pytest.mark.parametrize("name", K.SPLITTABLE)
+def test_same_bits_as_one_process(client, name):
+    """Every kernel class, 1-4 workers, odd n, n smaller than the workers, n = 0; each rank ran on its worker."""
+    plugin = eagle.deploy(K.CASES[name][0])
+    for n in (0, 3, 301):
+        ref = one_process(name, n)
+        for k in (1, 2, 3, 4):
+            structure = on(client, k)
+            client.run(task.clear_received)
+            got = K.as_dict(plugin, eplan.plan(plugin, structure=structure).run(**K.inputs(name, n)))
+            assert K.same_bits(ref, got), f"{name}: {k} workers, n={n} differ from one process"
+            table = structure.ranks(gpus=False)
+            ran = {rec[1]: rec[4] for rec in records(client) if rec[0] == plugin.name}
+            parts = eagle.exec.split(n, k, rows=bool(plugin.cells))
+            assert ran == {r: table[r].address for r, p in enumerate(parts) if p.count}
+
+
+def test_numpy_reference(client):
+    """An independent reference too: axpb against numpy."""
+    d = K.inputs("axpb", 1001)
+    got = eplan.plan(eagle.deploy(K.axpb), structure=on(client, 4)).run(**d)
+    assert K.same_bits(got, d["a"] * d["x"] + d["b"])
+
+
+@pytest.mark.parametrize("name, sliced", [("axpb", True), ("vectors", True), ("reductions", True),
+                                          ("stencil", False), ("neighbour_sum", False)])
+def test_slices_only_for_sample_local_planes(client, name, sliced):
+    """Seen from the workers: a plane read only at [i] arrives as the rank's slice, else whole."""
+    plugin = eagle.deploy(K.CASES[name][0])
+    n = 301
+    client.run(task.clear_received)
+    eplan.plan(plugin, structure=on(client, 4)).run(**K.inputs(name, n))
+    recs = [rec for rec in records(client) if rec[0] == plugin.name]
+    assert sorted(rec[1] for rec in recs) == [0, 1, 2, 3]
+    for _, rank, start, stop, _, lengths in recs:
+        ins = plugin.names("In")
+        assert set(ins) <= set(lengths)
+        for plane in ins:
+            assert lengths[plane] == (stop - start if sliced else n), (plane, rank, lengths)
+
+
+def test_inputs_shipped_whole_are_shared_once(client):
+    """Whole planes are scattered once per run; every rank's task still sees the full plane."""
+    plugin = eagle.deploy(K.stencil)
+    client.run(task.clear_received)
+    out = eplan.plan(plugin, structure=on(client, 3)).run(**K.inputs("stencil", 200))
+    assert K.same_bits(out, one_process("stencil", 200)["y"])
+    assert all(rec[5]["x"] == 200 for rec in records(client) if rec[0] == plugin.name)
+
+
+def test_refusals_before_anything_runs(client):
+    """The placement table and the gathered-output rules, raised on the driver."""
+    with pytest.raises(ValueError, match=r"histogram.*cross_sample_write.*dask_partition"):
+        eplan.plan(eagle.deploy(K.histogram), structure=DaskPartition)
+    client.run(task.clear_received)
+    p = eplan.plan(eagle.deploy(K.axpb), structure=on(client, 2))
+    with pytest.raises(TypeError, match=r"output plane 'y' of kernel 'axpb' is float32.*float64"):
+        p.run(x=np.ones(10), a=1.0, b=2.0, y=np.zeros(10, dtype=np.float32))
+    with pytest.raises(TypeError, match=r"kernel 'axpb' is missing Param 'a'"):
+        p.run(x=np.ones(10), b=2.0)
+    assert records(client) == []
+
+
+def test_raising_kernel_names_rank_worker_and_kernel(client):
+    structure = on(client, 4)
+    x = np.ones(400)
+    x[250] = -1.0                     # rank 2 of 4 holds samples [200, 300)
+    with pytest.raises(ValueError) as err:
+        eplan.plan(eagle.deploy(K.picky), structure=structure).run(x=x)
+    msg = str(err.value)
+    worker = structure.ranks(gpus=False)[2].address
+    for part in ("negative input", "'picky'", "sample 250", "rank 2", f"worker {worker}"):
+        assert part in msg, (part, msg)
+
+
+def test_ranks_and_pickling(client):
+    import pickle
+    ranks = DaskPartition.on(client).ranks()
+    assert sorted(ranks) == [0, 1, 2, 3]
+    assert [r.name for r in ranks.values()] == [0, 1, 2, 3]
+    assert all(r.host == "127.0.0.1" and r.gpu is None and r.address.startswith("tcp://127.0.0.1:")
+               for r in ranks.values())
+    assert pickle.loads(pickle.dumps(DaskPartition.on(client))) is DaskPartition
+    assert repr(DaskPartition) == "eagle_dask.DaskPartition"
+
+
+def test_default_client_and_progress_bar(client, capsys, monkeypatch):
+    """DaskPartition alone uses the current client; progress=True draws distributed's bar."""
+    monkeypatch.delenv("EAGLE_DASK_PROGRESS", raising=False)
+    ref = one_process("oscillator", 500)
+    got = eplan.plan(eagle.deploy(K.oscillator), structure=DaskPartition).run(**K.inputs("oscillator", 500))
+    assert K.same_bits(ref, got)
+    capsys.readouterr()
+    eplan.plan(eagle.deploy(K.oscillator), structure=DaskPartition.on(client, progress=True)).run(
+        **K.inputs("oscillator", 500))
+    assert "Completed" in capsys.readouterr().out
+    monkeypatch.setenv("EAGLE_DASK_PROGRESS", "0")
+    assert not eagle_dask.structure._progress_wanted(None)
+
+
+def test_no_listener_beyond_loopback(client):
+    eplan.plan(eagle.deploy(K.axpb), structure=on(client, 4)).run(**K.inputs("axpb", 100))
+    found = listeners(process_tree(os.getpid()))
+    assert len({pid for pid, _, _ in found}) >= WORKERS + 1      # the scheduler here, every worker
+    assert beyond_loopback(found) == []
+
+
+# -- faults: their own clusters -------------------------------------------------------------
+@eagle.kernel
+def slow_neighbours(i, x: In, steps: Param, y: Out):
+    """Fault injection only: slow, and it reads other samples (its input travels whole)."""
+    n = x.shape[0]
+    acc = 0.0
+    for k in range(steps):
+        acc = acc * 0.5 + x[(i + k) % n]
+    y[i] = acc
+
+
+#: kernel, fresh inputs of 64 samples at about a second per block of 32 (on an idle core)
+SLOW = {
+    "oscillator": (K.oscillator, lambda: {**K.inputs("oscillator", 64), "steps": 20_000_000}),
+    "slow_neighbours": (slow_neighbours, lambda: {"x": np.random.default_rng(7).uniform(-1, 1, 64),
+                                                  "steps": 5_000_000}),
+}
+
+
+def slow_inputs():
+    return SLOW["oscillator"][1]()
+
+
+def _run_in_thread(p, planes):
+    box = {}
+
+    def go():
+        t = time.monotonic()
+        try:
+            box["out"] = p.run(**planes)
+        except BaseException as e:  # noqa: BLE001 - inspected by the test
+            box["error"] = e
+        box["seconds"] = time.monotonic() - t
+
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    return th, box
+
+
+def _wait_processing(client, key_part, timeout=120):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        for addr, keys in client.processing().items():
+            if any(key_part in str(k) for k in keys):
+                return addr
+        time.sleep(0.05)
+    raise AssertionError(f"no task {key_part!r} started within {timeout} s")
+
+
+@pytest.mark.parametrize("name", sorted(SLOW))
+def test_worker_killed_mid_block_gives_same_bits(name):
+    """Sliced inputs (oscillator) and inputs scattered whole (slow_neighbours) both survive."""
+    import psutil
+    kernel, make = SLOW[name]
+    plugin = eagle.deploy(kernel)
+    assert ("x" in plugin.sliceable) == (name == "oscillator")
+    ref = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**make()))
+    with eagle_dask.local_cluster(n_workers=2) as client:
+        client.wait_for_workers(2, timeout=120)
+        structure = DaskPartition.on(client, progress=False)
+        eplan.plan(plugin, structure=structure).run(**{**make(), "steps": 1})    # compile on both
+        client.run(task.clear_received)
+        th, box = _run_in_thread(eplan.plan(plugin, structure=structure), make())
+        victim = _wait_processing(client, "rank1")
+        time.sleep(0.3)
+        pid = client.run(os.getpid, workers=[victim])[victim]
+        psutil.Process(pid).kill()
+        th.join(240)
+        assert not th.is_alive(), "the run hung after a worker was killed"
+        assert "error" not in box, box.get("error")
+        assert K.same_bits(ref, K.as_dict(plugin, box["out"]))
+        again = [rec for rec in records(client) if rec[0] == plugin.name and rec[1] == 1]
+        assert again and all(rec[4] != victim for rec in again)   # rank 1's block was recomputed elsewhere
+
+
+def _bare_workers(address, count):
+    """Worker processes without a nanny (nothing restarts them), on loopback."""
+    cmd = [sys.executable, "-m", "distributed.cli.dask_worker", address, "--no-nanny", "--nthreads", "1",
+           "--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"]
+    env = loopback_env({"EAGLE_NUM_THREADS": "1"})
+    return [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for _ in range(count)]
+
+
+def test_all_workers_gone_is_a_clear_error_in_bounded_time():
+    from distributed import Client, LocalCluster
+    plugin = eagle.deploy(K.oscillator)
+    with LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster, \
+            Client(cluster) as client:
+        procs = _bare_workers(cluster.scheduler_address, 2)
+        try:
+            client.wait_for_workers(2, timeout=120)
+            structure = DaskPartition.on(client, progress=False, timeout=3)
+            eplan.plan(plugin, structure=structure).run(**K.inputs("oscillator", 64))
+            th, box = _run_in_thread(eplan.plan(plugin, structure=structure), slow_inputs())
+            _wait_processing(client, "rank")
+            for proc in procs:
+                proc.kill()
+            th.join(120)
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+        assert not th.is_alive(), "the run hung with no worker left"
+        err = box.get("error")
+        assert isinstance(err, TimeoutError), box
+        assert "every worker left" in str(err) and "'oscillator'" in str(err), str(err)
+        assert box["seconds"] < 60
+
+
+def test_device_kernel_inner_on_simulated_gpus(monkeypatch):
+    """inner=DeviceKernel on workers running numba's CUDA simulator, against one process."""
+    plugin = eagle.deploy(K.transcendental)
+    try:
+        eplan.plan(plugin, structure=eexec.DeviceKernel)
+    except NotImplementedError as e:
+        pytest.skip(str(e))
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    with eagle_dask.local_cluster(n_workers=2, env={"NUMBA_ENABLE_CUDASIM": "1"}) as client:
+        client.wait_for_workers(2, timeout=120)
+        d = K.inputs("transcendental", 301)
+
+        def one_device_process(planes):
+            return eplan.plan(eagle.deploy(K.transcendental), structure=eexec.DeviceKernel).run(**planes)
+
+        try:
+            ref = client.submit(one_device_process, d, pure=False).result()
+        except NotImplementedError as e:
+            pytest.skip(str(e))
+        got = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False),
+                         inner=eexec.DeviceKernel).run(**K.inputs("transcendental", 301))
+        assert K.same_bits(ref, got)
+
+
+def test_demo_command_end_to_end():
+    proc = subprocess.run([sys.executable, "-m", "eagle_dask", "demo", "--samples", "20000", "--workers", "2"],
+                          cwd=ROOT, env=loopback_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "identical: yes" in proc.stdout
+    assert "dask (2 workers)" in proc.stdout and "one process" in proc.stdout
