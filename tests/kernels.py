@@ -140,6 +140,13 @@ CASES = {
 SPLITTABLE = [name for name, (k, _, _) in CASES.items() if eagle.deploy(k).exec_access != "cross_sample_write"]
 
 
+#: splittable kernels whose outputs can be gathered between processes (every output float64);
+#: the others are refused by RankPartition and DaskPartition at plan time
+GATHERABLE = [name for name in SPLITTABLE
+              if all(role.out_dtype == np.float64 for role, _ in eagle.deploy(CASES[name][0]).arg_spec
+                     if role.kind == "Out")]
+
+
 def inputs(name, n, seed=12345):
     """Fresh inputs for case ``name`` (new arrays every call: Mutable planes are updated)."""
     return CASES[name][1](n, np.random.default_rng(seed))

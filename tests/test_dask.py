@@ -51,7 +51,7 @@ def on(client, k, **kw):
     return DaskPartition.on(client, workers=names, progress=False, **kw)
 
 
-@pytest.mark.parametrize("name", K.SPLITTABLE)
+@pytest.mark.parametrize("name", K.GATHERABLE)
 def test_same_bits_as_one_process(client, name):
     """Every kernel class, 1-4 workers, odd n, n smaller than the workers, n = 0; each rank ran on its worker."""
     plugin = eagle.deploy(K.CASES[name][0])
@@ -105,6 +105,8 @@ def test_refusals_before_anything_runs(client):
     """The placement table and the gathered-output rules, raised on the driver."""
     with pytest.raises(ValueError, match=r"histogram.*cross_sample_write.*dask_partition"):
         eplan.plan(eagle.deploy(K.histogram), structure=DaskPartition)
+    with pytest.raises(ValueError, match=r"output plane 'parity' of kernel 'integers' is declared int64.*float64"):
+        eplan.plan(eagle.deploy(K.integers), structure=DaskPartition)
     client.run(task.clear_received)
     p = eplan.plan(eagle.deploy(K.axpb), structure=on(client, 2))
     with pytest.raises(TypeError, match=r"output plane 'y' of kernel 'axpb' is float32.*float64"):

@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent('''
         client = eagle_dask.initialize()
         ranks = eagle_dask.DaskPartition.ranks()
         same = {}
-        for name in K.SPLITTABLE:
+        for name in K.GATHERABLE:
             plugin = eagle.deploy(K.CASES[name][0])
             for n in (0, 3, 301):
                 ref = eplan.plan(plugin, structure=eexec.HostTeam).run(**K.inputs(name, n))
