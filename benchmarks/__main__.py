@@ -3,7 +3,7 @@
     python -m benchmarks --quick --out DIR     # one size, all arms, under two minutes on 2 cores
     python -m benchmarks --out DIR             # sizes 1e4, 1e6, 1e7 (--large adds 1e8)
     python -m benchmarks --gpu-only --out DIR  # DeviceKernel and dask-cuda arms (scripts/gpu_bench.sh)
-    python -m benchmarks --lanes --out DIR     # host throughput figure: 1e6 samples, 1 and all threads
+    python -m benchmarks --lanes               # host lanes against one sample at a time (benchmarks.lanes)
     python -m benchmarks --smoke --out DIR     # n=1000, 1 repeat, host arms only (the harness's test)
 
 Writes ``results.csv``, ``results.png`` and ``results.txt`` into DIR and prints the table.
@@ -27,8 +27,8 @@ def parse(argv=None):
     mode.add_argument("--smoke", action="store_true", help="n=1000, 1 repeat, host arms only")
     mode.add_argument("--gpu-only", action="store_true", help="the GPU arms (with the host baseline)")
     mode.add_argument("--lanes", action="store_true",
-                      help="host throughput: oscillator (1000 steps), halvings and stream at 1e6, 1 and all "
-                           "threads, median of 5")
+                      help="host lanes against one sample at a time: oscillator (1000 steps), a while loop and "
+                           "stream at 1e6, 1 and all threads, median of 5 (same as python -m benchmarks.lanes)")
     ap.add_argument("--large", action="store_true", help="add 1e8 samples to the full sizes")
     ap.add_argument("--out", default="bench-out", help="folder for results.csv/png/txt (default: bench-out)")
     ap.add_argument("--sizes", type=_ints, help="sample counts, comma-separated (overrides the mode's)")
@@ -51,14 +51,12 @@ def settings(a):
         sizes, repeats, steps, groups = [10**5], 3, 200, {"host", "mpi", "dask", "gpu"}
     elif a.gpu_only:
         sizes, repeats, steps, groups = [10**6, 10**7], 3, 1000, {"baseline", "gpu"}
-    elif a.lanes:
-        sizes, repeats, steps, groups = [10**6], 5, 1000, {"lanes"}
     else:
         sizes, repeats, steps = [10**4, 10**6, 10**7], 5, 1000
         groups = {"host", "mpi", "dask", "gpu"}
         if a.large:
             sizes.append(10**8)
-    kernels = ["oscillator", "halvings", "stream"] if a.lanes else list(MAIN)
+    kernels = list(MAIN)
     if a.kernels:
         kernels = [k.strip() for k in a.kernels.split(",") if k.strip()]
     if a.no_mpi:
@@ -71,6 +69,10 @@ def settings(a):
 
 def main(argv=None) -> int:
     a = parse(argv)
+    if a.lanes:
+        from . import lanes
+        lanes.main([str(s) for s in (a.sizes or [])[:1]])
+        return 0
     sizes, kernels, repeats, steps, groups, workers = settings(a)
     from . import arms, report
     from .kernels import SPECS
@@ -91,9 +93,9 @@ def main(argv=None) -> int:
     for c in cases:
         say(f"{c.kernel} n={c.n}: host arms")
         rows.append(arms.host_team(c, 1))
-        if groups & {"host", "lanes", "baseline"} and everyone > 1:
+        if groups & {"host", "baseline"} and everyone > 1:
             rows.append(arms.host_team(c, everyone))
-        if groups & {"host", "lanes"}:
+        if "host" in groups:
             rows.append(arms.numba_loop(c))
         if "host" in groups:
             rows.append(arms.numpy_arm(c))

@@ -17,20 +17,12 @@ import time
 import numpy as np
 
 import eagle
-from eagle import Cell, In, Mutable, Out, Param
+from eagle import In, Out, Param
 from eagle.host import HostEntry, num_threads
 
+from .kernels import oscillator, stream
+
 REPEATS = 5
-
-
-@eagle.kernel
-def oscillator(i, omega: In, dt: Param, steps: Param, x: Mutable, v: Mutable, energy: Cell["sum"]):
-    xi, vi, w = x[i], v[i], omega[i]
-    for _ in range(steps):
-        xi, vi = xi + dt * vi, vi - dt * w * w * xi
-    x[i] = xi
-    v[i] = vi
-    energy[i] = 0.5 * (vi * vi + w * w * xi * xi)
 
 
 @eagle.kernel
@@ -42,11 +34,6 @@ def shrink(i, x: In, tol: Param, count: Out, rest: Out):
         c += 1
     count[i] = c
     rest[i] = v
-
-
-@eagle.kernel
-def axpb(i, x: In, a: Param, b: Param, y: Out):
-    y[i] = a * x[i] + b
 
 
 def cases(n, rng):
@@ -64,7 +51,7 @@ def cases(n, rng):
     return {
         "oscillator (1000 steps)": (oscillator, fresh_state),
         "while (10-100 trips)": (shrink, lambda: {"x": xs, "tol": 1.0, "count": count, "rest": rest}),
-        "y = a*x + b": (axpb, lambda: {"x": xa, "a": 2.5, "b": -1.25, "y": y}),
+        "y = a*x + b": (stream, lambda: {"x": xa, "a": 2.5, "b": -1.25, "y": y}),
     }
 
 
