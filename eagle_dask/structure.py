@@ -41,9 +41,14 @@ def _show_progress(futures):
     from distributed import progress
     from distributed.utils import is_kernel
     if is_kernel():
-        from IPython.display import display
-        display(progress(futures, multi=False))
-        return None
+        try:
+            import ipywidgets  # noqa: F401 - the notebook bar is a widget
+        except ImportError:
+            pass                     # no widgets: the text bar below prints into the cell
+        else:
+            from IPython.display import display
+            display(progress(futures, multi=False))
+            return None
     t = threading.Thread(target=progress, args=(futures,), kwargs={"notebook": False, "multi": False},
                          name="eagle-dask-progress", daemon=True)
     t.start()
