@@ -104,6 +104,19 @@ def body_raises(plugin) -> bool:
     return any(isinstance(n, (ast.Raise, ast.Assert)) for n in ast.walk(ast.parse(plugin.source)))
 
 
+def row_partial_lines(ind: str, cells: dict) -> list:
+    """Fold the row ``[_eagle_r, _eagle_e)`` of each cell's scratch into its row partial pair, then
+    move on to the next row (host and device loops alike)."""
+    out = [f"{ind}_eagle_k = _eagle_r // 32 - _eagle_row0"]
+    for c, op in cells.items():
+        out += [f"{ind}_eagle_s, _eagle_t = _eagle_row_partial({op_code(op)}, "
+                f"{_float_literal(IDENTITY[op])}, _eagle_c_{c}, _eagle_e - _eagle_r)",
+                f"{ind}{c}[_eagle_k, 0] = _eagle_s",
+                f"{ind}{c}[_eagle_k, 1] = _eagle_t"]
+    out.append(f"{ind}_eagle_r = _eagle_e")
+    return out
+
+
 def host_source(plugin, lanes: int = 1) -> str:
     """The host module; with ``lanes > 1`` the tile runs groups of samples through the laned
     body (``eagle.lanes``) and the rest of each range one at a time."""
@@ -138,13 +151,7 @@ def host_source(plugin, lanes: int = 1) -> str:
         for c, op in cells.items():
             out.append(f"{ind*2}_eagle_c_{c}[:] = {_float_literal(IDENTITY[op])}")
         out += group_loop(ind * 2, "_eagle_r", "_eagle_e", f"{body_args}, _eagle_po, _eagle_r", lanes, track)
-        out.append(f"{ind*2}_eagle_k = _eagle_r // 32 - _eagle_row0")
-        for c, op in cells.items():
-            out += [f"{ind*2}_eagle_s, _eagle_t = _eagle_row_partial({op_code(op)}, "
-                    f"{_float_literal(IDENTITY[op])}, _eagle_c_{c}, _eagle_e - _eagle_r)",
-                    f"{ind*2}{c}[_eagle_k, 0] = _eagle_s",
-                    f"{ind*2}{c}[_eagle_k, 1] = _eagle_t"]
-        out.append(f"{ind*2}_eagle_r = _eagle_e")
+        out += row_partial_lines(ind * 2, cells)
     return "\n".join(out) + "\n"
 
 

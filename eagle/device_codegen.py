@@ -31,7 +31,7 @@ import types
 
 from . import __version__
 from .access import CROSS_SAMPLE_WRITE
-from .codegen import _float_literal, body_function, body_raises, globals_source
+from .codegen import _float_literal, body_function, body_raises, globals_source, row_partial_lines
 from .reduction import IDENTITY, op_code
 
 _STATE = threading.local()
@@ -114,14 +114,8 @@ def device_source(plugin) -> str:
     for c, op in cells.items():
         out.append(f"{ind*3}_eagle_c_{c}[_eagle_k] = {_float_literal(IDENTITY[op])}")
     out += [f"{ind*2}for _eagle_i in range(_eagle_r, _eagle_e):",
-            f"{ind*3}_eagle_body(_eagle_i, {body_args}, _eagle_po, _eagle_r)",
-            f"{ind*2}_eagle_k = _eagle_r // 32 - _eagle_row0"]
-    for c, op in cells.items():
-        out += [f"{ind*2}_eagle_s, _eagle_t = _eagle_row_partial({op_code(op)}, "
-                f"{_float_literal(IDENTITY[op])}, _eagle_c_{c}, _eagle_e - _eagle_r)",
-                f"{ind*2}{c}[_eagle_k, 0] = _eagle_s",
-                f"{ind*2}{c}[_eagle_k, 1] = _eagle_t"]
-    out.append(f"{ind*2}_eagle_r = _eagle_e")
+            f"{ind*3}_eagle_body(_eagle_i, {body_args}, _eagle_po, _eagle_r)"]
+    out += row_partial_lines(ind * 2, cells)
     return "\n".join(out) + "\n"
 
 
