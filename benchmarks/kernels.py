@@ -23,25 +23,15 @@ import numpy as np
 from numba import njit
 
 import eagle
-from eagle import Cell, In, Mutable, Out, Param
+from eagle import Cell, In, Out, Param
+from eagle.models import axpb as stream, oscillator
 
 #: oscillator time step; the number of steps is a Param (1000, fewer in quick mode)
 DT = 1e-3
 
 
-@eagle.kernel
-def stream(i, x: In, a: Param, b: Param, y: Out):
-    y[i] = a * x[i] + b
 
 
-@eagle.kernel
-def oscillator(i, omega: In, dt: Param, steps: Param, x: Mutable, v: Mutable, energy: Cell["sum"]):
-    xi, vi, w = x[i], v[i], omega[i]
-    for _ in range(steps):
-        xi, vi = xi + dt * vi, vi - dt * w * w * xi
-    x[i] = xi
-    v[i] = vi
-    energy[i] = 0.5 * (vi * vi + w * w * xi * xi)
 
 
 @eagle.kernel

@@ -15,18 +15,10 @@ import numpy as np
 
 import eagle
 import eagle.exec as eexec
-from eagle import Cell, In, Mutable, Param
+from eagle.models import oscillator
 from eagle import plan as eplan
 
 
-@eagle.kernel
-def oscillator(i, omega: In, dt: Param, steps: Param, x: Mutable, v: Mutable, energy: Cell["sum"]):
-    xi, vi, w = x[i], v[i], omega[i]
-    for _ in range(steps):
-        xi, vi = xi + dt * vi, vi - dt * w * w * xi
-    x[i] = xi
-    v[i] = vi
-    energy[i] = 0.5 * (vi * vi + w * w * xi * xi)
 
 
 def main(n=100_001, steps=200):

@@ -12,25 +12,13 @@ import time
 
 import numpy as np
 
-import eagle
 import eagle.exec as eexec
-from eagle import In, Mutable, Out, Param, Cell
+from eagle.models import axpb as stream, oscillator
 from eagle import plan as eplan
 
 
-@eagle.kernel
-def stream(i, x: In, a: Param, b: Param, y: Out):
-    y[i] = a * x[i] + b
 
 
-@eagle.kernel
-def oscillator(i, omega: In, dt: Param, steps: Param, x: Mutable, v: Mutable, energy: Cell["sum"]):
-    xi, vi, w = x[i], v[i], omega[i]
-    for _ in range(steps):
-        xi, vi = xi + dt * vi, vi - dt * w * w * xi
-    x[i] = xi
-    v[i] = vi
-    energy[i] = 0.5 * (vi * vi + w * w * xi * xi)
 
 
 def _best(fn, repeats):

@@ -11,14 +11,12 @@ import math
 import numpy as np
 
 import eagle
-from eagle import Cell, In, Mutable, Out, Param
+from eagle import Cell, In, Out, Param
+from eagle.models import axpb, oscillator
 
 SCALE = 1.5          # a module-level number: frozen into the kernels that read it at deploy
 
 
-@eagle.kernel
-def axpb(i, x: In, a: Param, b: Param, y: Out):
-    y[i] = a * x[i] + b
 
 
 @eagle.kernel
@@ -59,14 +57,6 @@ def reductions(i, x: In, total: Cell["sum"], prod: Cell["times"], hi: Cell["max"
     positive[i] = 1.0 if v > -10.0 else 0.0
 
 
-@eagle.kernel
-def oscillator(i, omega: In, dt: Param, steps: Param, x: Mutable, v: Mutable, energy: Cell["sum"]):
-    xi, vi, w = x[i], v[i], omega[i]
-    for _ in range(steps):
-        xi, vi = xi + dt * vi, vi - dt * w * w * xi
-    x[i] = xi
-    v[i] = vi
-    energy[i] = 0.5 * (vi * vi + w * w * xi * xi)
 
 
 @eagle.kernel
