@@ -286,9 +286,13 @@ def dask_partition_arm(case: Case, client, workers: int, inner=None, arm="dask_p
 
 def _map_blocks_run(case: Case, client, workers: int):
     """What a user writes without eagle: dask.array over the plain numba loop, one block per worker."""
+    import warnings
+
     import dask.array as da
     from . import kernels as K
     name = case.kernel
+    # dask warns on every run that inputs are embedded in the graph: that is this arm's cost, measured
+    warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
 
     def run(p):
         first = next(v for v in p.values() if isinstance(v, np.ndarray))

@@ -319,9 +319,6 @@ class _RankPartition(Structure):
         if plan.inner.name not in self.INNER:
             raise ValueError(f"inner={plan.inner!r}: a rank's share of kernel {k!r} runs through HostTeam "
                              "or DeviceKernel")
-        if plan.partitions is not None or plan.npartitions != 1:
-            raise ValueError(f"kernel {k!r}: RankPartition splits the samples by rank (the world size); "
-                             "do not give npartitions= or partitions=")
 
     def bind(self, plan, planes, device):
         require("RankPartition")

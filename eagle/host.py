@@ -166,7 +166,7 @@ class _HostTeam(Structure):
 
     def run_range(self, plugin, values, start, stop, po=0, device=None):
         if device is not None:
-            raise ValueError(f"device={device!r}: HostTeam runs on CPU threads")
+            raise ValueError(f"kernel {plugin.name!r}: device={device!r}, but HostTeam runs on CPU threads")
         return plugin.host.run(values, start, stop, po)
 
 

@@ -89,7 +89,7 @@ def _fallback_reason(plugin):
     """Why a kernel must run one sample at a time whatever its body looks like, or None."""
     from .codegen import body_raises
     if plugin.exec_access == CROSS_SAMPLE_WRITE:
-        return "writes other samples' slots (cross_sample_write): runs in sample order"
+        return "writes other samples' planes (cross_sample_write): runs in sample order"
     if body_raises(plugin):
         return "raises or asserts: the loop records the sample it is at"
     randoms = {g["name"] for g in plugin.frozen

@@ -173,7 +173,8 @@ class Plan:
     def run(self, *, device=None, **planes):
         """Run the kernel over every sample of ``planes``; see the module docstring for the result."""
         if device is not None and not (self.structure.uses_device or getattr(self.inner, "uses_device", False)):
-            raise ValueError(f"kernel {self.plugin.name!r}: device={device!r}, but {self.structure!r} runs on "
+            runs = f"inner={self.inner!r}" if self.structure.has_ranks else f"{self.structure!r}"
+            raise ValueError(f"kernel {self.plugin.name!r}: device={device!r}, but {runs} runs on "
                              "CPU threads; device= picks the GPU of a DeviceKernel plan (or of inner=DeviceKernel)")
         bound = self.structure.bind(self, planes, device)
         rows = self.structure.execute(self, bound, device)
@@ -221,6 +222,9 @@ def plan(plugin, *, structure, inner=None, npartitions=1, partitions=None) -> Pl
         partitions = list(partitions)
         if not partitions:
             raise ValueError(f"kernel {k!r}: partitions= is empty; give at least one")
+    if structure.has_ranks and (partitions is not None or npartitions != 1):
+        raise ValueError(f"kernel {k!r}: {structure!r} splits the samples by rank (the world size, or the "
+                         "workers); do not give npartitions= or partitions=")
     count = len(partitions) if partitions is not None else npartitions
     check_placement(plugin.exec_access, structure, count, kernel=k)
     if structure.gathered:

@@ -107,6 +107,8 @@ def test_refusals_before_anything_runs(client):
         eplan.plan(eagle.deploy(K.histogram), structure=DaskPartition)
     with pytest.raises(ValueError, match=r"output plane 'parity' of kernel 'integers' is declared int64.*float64"):
         eplan.plan(eagle.deploy(K.integers), structure=DaskPartition)
+    with pytest.raises(ValueError, match=r"kernel 'axpb': .*DaskPartition splits the samples by rank.*npartitions="):
+        eplan.plan(eagle.deploy(K.axpb), structure=DaskPartition, npartitions=2)
     client.run(task.clear_received)
     p = eplan.plan(eagle.deploy(K.axpb), structure=on(client, 2))
     with pytest.raises(TypeError, match=r"output plane 'y' of kernel 'axpb' is float32.*float64"):
