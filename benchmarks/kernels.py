@@ -23,25 +23,11 @@ import numpy as np
 from numba import njit
 
 import eagle
-from eagle import Cell, In, Out, Param
-from eagle.models import axpb as stream, oscillator
+from eagle import Cell, In
+from eagle.models import axpb as stream, oscillator, stencil
 
 #: oscillator time step; the number of steps is a Param (1000, fewer in quick mode)
 DT = 1e-3
-
-
-
-
-
-
-@eagle.kernel
-def stencil(i, x: In, y: Out):
-    n = x.shape[0]
-    left = x[i - 1] if i > 0 else x[i]
-    right = x[i + 1] if i < n - 1 else x[i]
-    far_left = x[i - 2] if i > 1 else left
-    far_right = x[i + 2] if i < n - 2 else right
-    y[i] = (far_left + left + x[i] + right + far_right) / 5.0
 
 
 @eagle.kernel
@@ -49,19 +35,6 @@ def mapreduce(i, x: In, total: Cell["sum"], peak: Cell["max"]):
     v = x[i]
     total[i] = math.exp(-v * v)
     peak[i] = math.sin(v) * v
-
-
-@eagle.kernel
-def halvings(i, x: In, tol: Param, count: Out, rest: Out):
-    v = abs(x[i])
-    c = 0
-    while v > tol:            # a data-dependent number of steps per sample
-        v = v * 0.5
-        c += 1
-        if c > 10000:
-            break
-    count[i] = c
-    rest[i] = v
 
 
 # -- plain numpy: what a user writes without eagle ------------------------------------------
@@ -136,21 +109,6 @@ def mapreduce_block(x):
     return out
 
 
-@njit(nogil=True, cache=True)
-def halvings_block(x, tol):
-    out = np.empty((x.shape[0], 2))
-    for i in range(x.shape[0]):
-        v = abs(x[i])
-        c = 0
-        while v > tol:
-            v = v * 0.5
-            c += 1
-            if c > 10000:
-                break
-        out[i, 0], out[i, 1] = c, v
-    return out
-
-
 def _numba_stream(p):
     return {"y": stream_block(p["x"], p["a"], p["b"])}
 
@@ -168,11 +126,6 @@ def _numba_stencil(p):
 def _numba_mapreduce(p):
     r = mapreduce_block(p["x"])
     return {"total": np.float64(r[0, 0]), "peak": np.float64(r[0, 1])}
-
-
-def _numba_halvings(p):
-    o = halvings_block(p["x"], p["tol"])
-    return {"count": o[:, 0].copy(), "rest": o[:, 1].copy()}
 
 
 @dataclass
@@ -205,8 +158,6 @@ SPECS = {
                     lambda n, r, s: {"x": r.uniform(-3.0, 3.0, n)}, stencil_numpy, _numba_stencil, halo=2),
     "mapreduce": Spec("mapreduce", mapreduce, "cells only",
                       lambda n, r, s: {"x": r.uniform(-3.0, 3.0, n)}, mapreduce_numpy, _numba_mapreduce),
-    "halvings": Spec("halvings", halvings, "data-dependent while",
-                     lambda n, r, s: {"x": 10.0 ** r.uniform(-3, 6, n), "tol": 1.0}, None, _numba_halvings),
 }
 
 #: the four kernels of the side-by-side table

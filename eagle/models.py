@@ -3,7 +3,9 @@
 * ``oscillator`` -- one harmonic oscillator per sample, integrated ``steps`` times with
   symplectic Euler (``x += dt*v; v -= dt*w*w*x``, both from the old values), its final energy
   summed over samples in a cell: compute-bound, one long dependency chain per sample;
-* ``axpb`` -- ``y = a*x + b``: memory-bound streaming.
+* ``axpb`` -- ``y = a*x + b``: memory-bound streaming;
+* ``stencil`` -- a 5-point average of neighbouring samples, edges clamped: reads other samples'
+  inputs (``cross_sample_read``).
 """
 from __future__ import annotations
 
@@ -24,3 +26,13 @@ def oscillator(i, omega: In, dt: Param, steps: Param, x: Mutable, v: Mutable, en
 @kernel
 def axpb(i, x: In, a: Param, b: Param, y: Out):
     y[i] = a * x[i] + b
+
+
+@kernel
+def stencil(i, x: In, y: Out):
+    n = x.shape[0]
+    left = x[i - 1] if i > 0 else x[i]
+    right = x[i + 1] if i < n - 1 else x[i]
+    far_left = x[i - 2] if i > 1 else left
+    far_right = x[i + 2] if i < n - 2 else right
+    y[i] = (far_left + left + x[i] + right + far_right) / 5.0

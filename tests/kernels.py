@@ -12,27 +12,15 @@ import numpy as np
 
 import eagle
 from eagle import Cell, In, Out, Param
-from eagle.models import axpb, oscillator
+from eagle.models import axpb, oscillator, stencil
 
 SCALE = 1.5          # a module-level number: frozen into the kernels that read it at deploy
-
-
 
 
 @eagle.kernel
 def transcendental(i, x: In, y: Out):
     v = x[i]
     y[i] = math.exp(-v * v) * math.sin(3.0 * v) + math.log(1.0 + abs(v)) + math.sqrt(abs(v)) * SCALE
-
-
-@eagle.kernel
-def stencil(i, x: In, y: Out):
-    n = x.shape[0]
-    left = x[i - 1] if i > 0 else x[i]
-    right = x[i + 1] if i < n - 1 else x[i]
-    far_left = x[i - 2] if i > 1 else left
-    far_right = x[i + 2] if i < n - 2 else right
-    y[i] = (far_left + left + x[i] + right + far_right) / 5.0
 
 
 @eagle.kernel
@@ -55,8 +43,6 @@ def reductions(i, x: In, total: Cell["sum"], prod: Cell["times"], hi: Cell["max"
     hi[i] = math.sin(v)
     lo[i] = math.cos(v)
     positive[i] = 1.0 if v > -10.0 else 0.0
-
-
 
 
 @eagle.kernel
