@@ -415,7 +415,8 @@ def gpu_arms(cases: list[Case]) -> list[Row]:
     except Exception as e:  # noqa: BLE001
         return rows + [skipped(c.kernel, "dask_partition+cuda", 1, c.n, _why(e)) for c in cases]
     try:
-        w = len(client.scheduler_info()["workers"])
+        from eagle_dask.ranks import scheduler_workers
+        w = len(scheduler_workers(client))
         for c in cases:
             ref = device_refs.get(id(c))
             r = dask_partition_arm(c, client, w, inner=eexec.DeviceKernel, arm="dask_partition+cuda",

@@ -43,6 +43,7 @@ def _timed(p, n, steps):
 def run(samples=1_000_000, steps=1000, workers=None, client=None, progress=None, echo=print):
     """Run the demo; return a dict with both timings and whether the bits are identical."""
     from . import DaskPartition, local_cluster
+    from .ranks import scheduler_workers
     plugin = eagle.deploy(oscillator)
     one = eplan.plan(plugin, structure=eexec.HostTeam)
     one.run(**planes(64, 1))                                   # compile (or load from the disk cache)
@@ -53,7 +54,7 @@ def run(samples=1_000_000, steps=1000, workers=None, client=None, progress=None,
         echo("starting the local cluster ...")
         client = local_cluster(n_workers=workers)
     try:
-        k = len(client.scheduler_info(n_workers=-1)["workers"])
+        k = len(scheduler_workers(client))
         dist = eplan.plan(plugin, structure=DaskPartition.on(client, progress=progress))
         eplan.plan(plugin, structure=DaskPartition.on(client, progress=False)).run(**planes(64 * k, 1))  # warm
         echo(f"dask ({k} workers): {samples} samples x {steps} steps ...")

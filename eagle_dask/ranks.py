@@ -44,12 +44,22 @@ def _worker_gpu():
     return ids[0] if ids else None
 
 
+def scheduler_workers(client) -> dict:
+    """Address -> worker info, asked of the scheduler now.
+
+    Not ``client.scheduler_info()``: that returns the client's shared cache, which the client's
+    periodic refresh (asking for no per-worker detail) may overwrite between the fetch and the
+    read, leaving ``workers`` empty.
+    """
+    return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
+
+
 def worker_ranks(client, workers=None, gpus=False) -> list[Rank]:
     """The client's workers as ranks (``workers``: addresses or names to keep, in any order).
 
     ``gpus=True`` asks every worker which GPU it sees (one round trip).
     """
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    info = scheduler_workers(client)
     table = [Rank(addr, w.get("name", addr), w.get("host", ""), None) for addr, w in info.items()]
     if workers is not None:
         wanted = {str(w) for w in workers}
