@@ -190,6 +190,24 @@ def agree(world_comm, exc, value=None):
     return [v for _, v in states]
 
 
+def on_every_rank(world_comm, step, value=lambda result: None):
+    """Run ``step()`` here, then agree with every rank before anyone goes on.
+
+    Without a communicator an error is raised as it is.  With one, every rank learns whether any
+    rank failed (and raises that error, naming the rank) -- no rank is left waiting in a later
+    collective.  Returns ``(result, every rank's value(result))``.
+    """
+    try:
+        result, err = step(), None
+    except Exception as e:  # noqa: BLE001 - raised on every rank by agree()
+        result, err = None, e
+    if world_comm is None:
+        if err is not None:
+            raise err
+        return result, [value(result)]
+    return result, agree(world_comm, err, None if err is not None else value(result))
+
+
 # -- collectives ---------------------------------------------------------------------------------
 def _as_partition(partition) -> Partition:
     if isinstance(partition, Partition):
@@ -322,21 +340,17 @@ class _RankPartition(Structure):
 
     def bind(self, plan, planes, device):
         require("RankPartition")
-        c = comm()
-        try:
-            bound, err = super().bind(plan, planes, device), None
+
+        def checked():
+            bound = super(_RankPartition, self).bind(plan, planes, device)
             for name in bound.outputs:
                 if not isinstance(bound.values[name], np.ndarray):
                     raise TypeError(f"output plane {name!r} of kernel {plan.plugin.name!r} is a "
                                     f"{type(bound.values[name]).__name__}: RankPartition gathers outputs "
                                     "through the host; pass a numpy array (device inputs are fine)")
-        except Exception as e:  # noqa: BLE001 - every rank raises it below
-            bound, err = None, e
-        if c is None:
-            if err is not None:
-                raise err
             return bound
-        counts = agree(c, err, None if bound is None else bound.n)
+
+        bound, counts = on_every_rank(comm(), checked, lambda b: b.n)
         if len(set(counts)) > 1:
             desc = ", ".join(f"rank {r} has {n}" for r, n in enumerate(counts))
             raise ValueError(f"kernel {plan.plugin.name!r}: ranks were given different sample counts "
@@ -350,15 +364,10 @@ class _RankPartition(Structure):
         size, rank = (1, 0) if c is None else (c.Get_size(), c.Get_rank())
         parts = blocks(Partition(0, n, n), size, rows)
         mine = parts[rank]
-        try:
-            got, err = plan.inner.run_range(plugin, bound.values, mine.base, mine.stop, 0, device), None
-        except Exception as e:  # noqa: BLE001 - every rank raises it below
-            got, err = None, e
+        got, _ = on_every_rank(c, lambda: plan.inner.run_range(plugin, bound.values, mine.base, mine.stop,
+                                                               0, device))
         if c is None:
-            if err is not None:
-                raise err
             return got
-        agree(c, err)
         for name in bound.outputs:
             gather_plane(c, bound.values[name], Partition(0, n, n), rows, name)
         counts = [(lambda s: s[1] - s[0])(row_span(p.base, p.stop)) for p in parts]
