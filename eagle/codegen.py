@@ -69,27 +69,50 @@ def _float_literal(v: float) -> str:
     return repr(v)
 
 
-def globals_source(plugin) -> str:
-    """Imports and frozen constants of the body, as module-level statements."""
-    lines = []
-    for g in plugin.frozen:
-        name = g["name"]
-        if g["kind"] == "module":
-            lines.append(f"import {g['module']} as {name}")
-        elif g["kind"] == "import":
-            lines.append(f"from {g['module']} import {g['attr']} as {name}")
-        else:
-            t, v = g["type"], g["value"]
-            if t == "float":
-                lines.append(f"{name} = float.fromhex({v!r})")
-            elif t == "complex":
-                lines.append(f"{name} = complex(float.fromhex({v[0]!r}), float.fromhex({v[1]!r}))")
-            elif t in ("int", "bool"):
-                lines.append(f"{name} = {v}")
+def globals_source(plugin, helper_decorator=None) -> str:
+    """Imports, frozen constants and helper functions of the body, as module-level statements.
+
+    Helpers compiled from source are decorated with ``helper_decorator`` (default: the host's
+    ``@_eagle_njit`` with the kernel's options); their own globals come first.
+    """
+    if helper_decorator is None:
+        helper_decorator = f"@_eagle_njit({jit_options(plugin)})"
+    lines, seen = [], {}
+
+    def emit(entries):
+        for g in entries:
+            name = g["name"]
+            if name in seen:
+                if seen[name] != g:
+                    raise ValueError(f"kernel {plugin.name!r}: {name!r} means different things in the kernel "
+                                     "and in a helper it calls; rename one of them")
+                continue
+            seen[name] = g
+            if g["kind"] == "function":
+                emit(g["frozen"])
+                lines.extend([helper_decorator, g["source"]])
             else:
-                conv = f"float.fromhex({v!r})" if t.startswith("float") else v
-                lines.append(f"{name} = _eagle_np.{t}({conv})")
+                lines.append(_global_line(g))
+
+    emit(plugin.frozen)
     return "\n".join(lines)
+
+
+def _global_line(g) -> str:
+    name = g["name"]
+    if g["kind"] == "module":
+        return f"import {g['module']} as {name}"
+    if g["kind"] == "import":
+        return f"from {g['module']} import {g['attr']} as {name}"
+    t, v = g["type"], g["value"]
+    if t == "float":
+        return f"{name} = float.fromhex({v!r})"
+    if t == "complex":
+        return f"{name} = complex(float.fromhex({v[0]!r}), float.fromhex({v[1]!r}))"
+    if t in ("int", "bool"):
+        return f"{name} = {v}"
+    conv = f"float.fromhex({v!r})" if t.startswith("float") else v
+    return f"{name} = _eagle_np.{t}({conv})"
 
 
 def jit_options(plugin) -> str:

@@ -32,7 +32,7 @@ import types
 from . import __version__
 from .access import CROSS_SAMPLE_WRITE
 from .codegen import _float_literal, body_function, body_raises, globals_source, row_partial_lines
-from .reduction import IDENTITY, op_code
+from .reduction import IDENTITY
 
 _STATE = threading.local()
 
@@ -90,7 +90,7 @@ def device_source(plugin) -> str:
         "from numba import cuda as _eagle_cuda",
         "from eagle.device_codegen import cuda_row_partial as _eagle_rp",
         "_eagle_row_partial = _eagle_rp()",
-        globals_source(plugin),
+        globals_source(plugin, helper_decorator="@_eagle_cuda.jit(device=True)"),
         "",
         "@_eagle_cuda.jit(device=True)",
         body_function(plugin),

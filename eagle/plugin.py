@@ -10,8 +10,10 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
+import inspect
 import json
 import os
+import textwrap
 import types
 
 import numpy as np
@@ -49,7 +51,7 @@ def _free_names(fdef: ast.FunctionDef):
     return seen
 
 
-def _freeze_value(kname, name, value):
+def _freeze_value(kname, name, value, depth=0):
     """One global of the body as a manifest entry, or a refusal naming it."""
     if isinstance(value, _NUMBER_TYPES):
         t = type(value)
@@ -76,23 +78,40 @@ def _freeze_value(kname, name, value):
     mod = getattr(py if py is not None else value, "__module__", None)
     attr = getattr(py if py is not None else value, "__name__", None)
     if callable(value) and mod and attr:
-        if mod == "__main__" or mod.startswith("__"):
-            raise ValueError(f"kernel {kname!r} calls {name!r}, defined in {mod}: eagle imports the "
-                             "functions a kernel calls on every worker, so define it in an importable "
-                             "module (decorated with @numba.njit)")
-        if py is None and not isinstance(value, (types.BuiltinFunctionType,)) and mod not in ("math", "cmath"):
-            if not hasattr(value, "_numba_type_") and not mod.startswith(("numpy", "numba")):
-                raise ValueError(f"kernel {kname!r} calls {name!r} ({mod}.{attr}), a plain Python "
-                                 "function: compile it with @numba.njit so the kernel can call it")
-        return {"name": name, "kind": "import", "module": mod, "attr": attr}
+        builtin = py is None and (isinstance(value, types.BuiltinFunctionType) or mod in ("math", "cmath")
+                                  or hasattr(value, "_numba_type_") or mod.startswith(("numpy", "numba")))
+        importable = not (mod == "__main__" or mod.startswith("__"))
+        if builtin or (py is not None and importable):
+            return {"name": name, "kind": "import", "module": mod, "attr": attr}
+        if isinstance(value, types.FunctionType) or py is not None:
+            return _function_entry(kname, name, py if py is not None else value, depth)
     raise ValueError(f"kernel {kname!r} reads the module-level name {name!r} of type "
                      f"{type(value).__name__}; a kernel may use numbers (frozen at deploy), modules "
-                     "and numba-compiled functions -- pass anything else as a plane or a Param")
+                     "and functions -- pass anything else as a plane or a Param")
 
 
-def freeze_globals(k: Kernel, fdef) -> list:
-    """Resolve the body's free names at deploy: numbers frozen, modules and functions imported."""
-    fn = k.fn
+def _function_entry(kname, name, fn, depth):
+    """A helper the kernel calls, compiled from its source with the kernel (a function defined in
+    ``__main__`` or a notebook cannot be imported on a worker; a plain Python function is not
+    compiled yet).  Its own globals are frozen the same way."""
+    if depth > 8:
+        raise ValueError(f"kernel {kname!r}: helper functions nest more than 8 deep (at {name!r})")
+    try:
+        src = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        raise ValueError(f"kernel {kname!r} calls {name!r}, whose source cannot be read; define it in a "
+                         "file, a script or a notebook cell") from None
+    fdef = ast.parse(src).body[0]
+    if not isinstance(fdef, ast.FunctionDef) or fn.__name__ == "<lambda>":
+        raise ValueError(f"kernel {kname!r} calls {name!r}, which is not a plain function (def ...)")
+    fdef.decorator_list = []
+    fdef.name = name
+    nested = _freeze_names(kname, fdef, fn, depth + 1)
+    return {"name": name, "kind": "function", "source": ast.unparse(fdef), "frozen": nested}
+
+
+def _freeze_names(kname, fdef, fn, depth=0) -> list:
+    """Resolve a function's free names: numbers frozen, modules imported, helpers compiled."""
     closure = {}
     if fn.__closure__:
         for var, cell in zip(fn.__code__.co_freevars, fn.__closure__):
@@ -109,9 +128,16 @@ def freeze_globals(k: Kernel, fdef) -> list:
         elif hasattr(builtins, name):
             continue
         else:
-            raise NameError(f"kernel {k.name!r} uses {name!r}, which is not defined where the kernel is")
-        frozen.append(_freeze_value(k.name, name, value))
+            where = "the kernel" if depth == 0 else f"helper {fdef.name!r}"
+            raise NameError(f"kernel {kname!r} uses {name!r}, which is not defined where {where} is")
+        frozen.append(_freeze_value(kname, name, value, depth))
     return frozen
+
+
+def freeze_globals(k: Kernel, fdef) -> list:
+    """Resolve the body's free names at deploy: numbers frozen, modules and functions imported,
+    helpers that cannot be imported compiled from their source."""
+    return _freeze_names(k.name, fdef, k.fn)
 
 
 def _role_to_json(role, name):
@@ -246,7 +272,10 @@ def deploy(k) -> Plugin:
         "first_line": k.first_line,
         "eagle_version": __version__,
     }
-    return Plugin(manifest, k.source)
+    plugin = Plugin(manifest, k.source)
+    from .codegen import globals_source
+    globals_source(plugin)          # a name meaning two things in the kernel and a helper: refused now
+    return plugin
 
 
 def load(path) -> Plugin:
