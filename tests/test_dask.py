@@ -302,3 +302,13 @@ def test_demo_command_end_to_end():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "identical: yes" in proc.stdout
     assert "dask (2 workers)" in proc.stdout and "one process" in proc.stdout
+
+
+def test_info_command_lists_ranks_on_loopback():
+    proc = subprocess.run([sys.executable, "-m", "eagle_dask", "info", "--workers", "2"],
+                          cwd=ROOT, env=loopback_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "workers: 2" in proc.stdout
+    rows = [line.split() for line in proc.stdout.splitlines() if line[:1].isdigit()]
+    assert [r[0] for r in rows] == ["0", "1"], proc.stdout
+    assert all(r[3].startswith("tcp://127.0.0.1:") for r in rows), proc.stdout
