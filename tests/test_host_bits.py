@@ -91,7 +91,7 @@ def test_same_bits_over_a_million_samples(name, threads, team, monkeypatch):
 
 
 def test_the_suite_has_every_kind_of_kernel():
-    """The bit-identity runs above cover every access class and the math the issue names."""
+    """The bit-identity runs above cover every access class and exp, sin, log, sqrt and integer inputs."""
     accesses = {eagle.deploy(k).exec_access for k, _, _ in CASES.values()}
     assert accesses == {"sample_local", "cross_sample_read", "cross_sample_write", "mapreduce"}
     source = "".join(eagle.deploy(k).source for k, _, _ in CASES.values())
