@@ -30,7 +30,7 @@ import numpy as np
 
 from .codegen import load_module
 from .device_codegen import device_source, no_contraction, samples_per_thread
-from .errors import kernel_error
+from .errors import kernel_error, message, retyped
 from .partition import row_span
 from .plan import bind as plan_bind, is_array
 from .reduction import IDENTITY
@@ -221,17 +221,16 @@ _WHERE = re.compile(r"^tid=\[(\d+)[^\]]*\] ctaid=\[(\d+)[^\]]*\]: ")
 
 def _body_error(kernel, exc, start, stop, per, block):
     """The body's exception (numba reports it from a debug kernel as ``tid=[..] ctaid=[..]: msg``)."""
-    msg = str(exc.args[0]) if len(exc.args) == 1 else str(exc)
+    msg = message(exc)
     m = _WHERE.match(msg)
     where = f"a sample in [{start}, {stop}) on the device"
     if m:
         lo = start + (int(m.group(2)) * block + int(m.group(1))) * per
         where = (f"sample {lo} on the device" if per == 1 else
                  f"a sample in [{lo}, {min(lo + per, stop)}) on the device")
-        try:
-            exc = type(exc)(msg[m.end():])
-        except Exception:  # noqa: BLE001 - keep the original
-            pass
+        bare = retyped(type(exc), msg[m.end():])
+        if isinstance(bare, type(exc)):          # else keep the original, prefix and all
+            exc = bare
     return kernel_error(kernel, exc, where)
 
 

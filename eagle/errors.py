@@ -2,14 +2,38 @@
 from __future__ import annotations
 
 
+def message(exc: BaseException) -> str:
+    """An exception's message, as its single argument gives it ("" when it has none)."""
+    return str(exc.args[0]) if len(exc.args) == 1 else str(exc)
+
+
+def retyped(kind: type, text: str) -> BaseException:
+    """An exception of type ``kind`` with ``text``, or a RuntimeError naming ``kind`` when that type
+    cannot be built from one message."""
+    try:
+        new = kind(text)
+        if isinstance(new, BaseException):
+            return new
+    except Exception:  # noqa: BLE001 - a constructor that wants other arguments
+        pass
+    return RuntimeError(f"{kind.__qualname__}: {text}")
+
+
 def kernel_error(plugin_name: str, exc: BaseException, where: str) -> BaseException:
     """The same exception type with its message, the kernel's name and ``where`` (sample, rank...)."""
-    msg = str(exc.args[0]) if len(exc.args) == 1 else (str(exc) if exc.args else type(exc).__name__)
-    text = f"{msg} [kernel {plugin_name!r}, {where}]"
-    try:
-        new = type(exc)(text)
-    except Exception:
-        new = RuntimeError(f"{type(exc).__name__}: {text}")
+    text = f"{message(exc) or type(exc).__name__} [kernel {plugin_name!r}, {where}]"
+    new = retyped(type(exc), text)
     new.__cause__ = exc
+    new.eagle_kernel = plugin_name
+    return new
+
+
+def with_place(exc: BaseException, plugin_name: str, where: str) -> BaseException:
+    """``exc`` with ``where`` added to the places a kernel error already names (a sample, then a
+    rank or a worker); any other exception becomes a kernel error at ``where``."""
+    text = message(exc)
+    if getattr(exc, "eagle_kernel", None) != plugin_name or not text.endswith("]"):
+        return kernel_error(plugin_name, exc, where)
+    new = retyped(type(exc), f"{text[:-1]}, {where}]")
     new.eagle_kernel = plugin_name
     return new

@@ -13,6 +13,8 @@ import collections
 
 import numpy as np
 
+from eagle.errors import with_place
+
 #: what recent tasks of this worker received: (kernel, rank, start, stop, worker, {plane: length})
 #: -- a debugging record, read with ``client.run(eagle_dask.task.received)``
 RECEIVED = collections.deque(maxlen=256)
@@ -32,20 +34,6 @@ def _worker_address():
         return get_worker().address
     except (ImportError, ValueError):
         return "?"
-
-
-def located(exc: BaseException, kernel: str, where: str) -> BaseException:
-    """``exc`` with ``where`` added to the place eagle's kernel error already names."""
-    from eagle.errors import kernel_error
-    text = str(exc.args[0]) if len(exc.args) == 1 else str(exc)
-    if getattr(exc, "eagle_kernel", None) == kernel and text.endswith("]"):
-        try:
-            new = type(exc)(f"{text[:-1]}, {where}]")
-        except Exception:
-            new = RuntimeError(f"{type(exc).__name__}: {text[:-1]}, {where}]")
-        new.eagle_kernel = kernel
-        return new
-    return kernel_error(kernel, exc, where)
 
 
 def run_block(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device=None):
@@ -70,7 +58,7 @@ def run_block(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh,
     try:
         rows = inner.run_range(plugin, values, start, stop, po=start, device=device)
     except Exception as e:
-        raise located(e, plugin.name, f"rank {rank}, worker {worker}") from None
+        raise with_place(e, plugin.name, f"rank {rank}, worker {worker}") from None
     blocks = {}
     for name in outputs:
         v = np.asarray(values[name])
