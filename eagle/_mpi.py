@@ -35,6 +35,7 @@ import sys
 
 import numpy as np
 
+from .errors import message, retyped
 from .partition import ROW, Partition, row_span, share
 from .reduction import fold
 from .structure import Structure, register
@@ -155,8 +156,7 @@ def _install_abort_hook(MPI):
 def _describe(exc):
     if exc is None:
         return None
-    msg = str(exc.args[0]) if len(exc.args) == 1 else (str(exc) if exc.args else "")
-    return type(exc).__module__, type(exc).__qualname__, msg
+    return type(exc).__module__, type(exc).__qualname__, message(exc)
 
 
 def _rebuild(desc, rank, size):
@@ -166,11 +166,10 @@ def _rebuild(desc, rank, size):
         kind = importlib.import_module(module)
         for part in qualname.split("."):
             kind = getattr(kind, part)
-        err = kind(text)
-        if not isinstance(err, Exception):
-            raise TypeError
-    except Exception:  # noqa: BLE001 - a type that cannot be rebuilt from a message
-        err = RuntimeError(f"{qualname}: {text}")
+    except Exception:  # noqa: BLE001 - a type this rank cannot import
+        kind = None
+    err = retyped(kind, text) if isinstance(kind, type) and issubclass(kind, Exception) else \
+        RuntimeError(f"{qualname}: {text}")
     err.eagle_rank = rank
     err.eagle_all_ranks = True
     return err
@@ -285,7 +284,6 @@ class _RankPartition(Structure):
     name = "rank_partition"
     has_ranks = True
     gathered = True
-    INNER = ("host_team", "device_kernel")
 
     # -- the seed page's API ----------------------------------------------------------------
     @property
@@ -333,10 +331,6 @@ class _RankPartition(Structure):
     # -- the structure interface --------------------------------------------------------------
     def check_plan(self, plan):
         require("RankPartition")
-        k = plan.plugin.name
-        if plan.inner.name not in self.INNER:
-            raise ValueError(f"inner={plan.inner!r}: a rank's share of kernel {k!r} runs through HostTeam "
-                             "or DeviceKernel")
 
     def bind(self, plan, planes, device):
         require("RankPartition")

@@ -16,10 +16,8 @@ from .reduction import fold
 from .structure import Structure, check_placement
 
 _PARAM_TYPES = (bool, int, float, complex, np.generic)
-
-
-def _q(name):
-    return repr(name)
+#: what may run a rank's or a worker's share
+INNER = ("host_team", "device_kernel")
 
 
 @dataclass
@@ -94,7 +92,7 @@ def bind(plugin: Plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, g
         values[name] = v
         n_of[name] = int(v.shape[0])
     if len(set(n_of.values())) > 1:
-        desc = ", ".join(f"{_q(nm)} has {c}" for nm, c in n_of.items())
+        desc = ", ".join(f"{nm!r} has {c}" for nm, c in n_of.items())
         raise ValueError(f"planes of kernel {k!r} have different sample counts: {desc}")
     if not n_of:
         raise ValueError(f"kernel {k!r}: the number of samples comes from its planes, and none was "
@@ -210,7 +208,7 @@ def plan(plugin, *, structure, inner=None, npartitions=1, partitions=None) -> Pl
     elif structure.has_ranks:
         from .host import HostTeam
         inner = HostTeam
-    if inner is not None and (not isinstance(inner, Structure) or inner.has_ranks):
+    if inner is not None and (not isinstance(inner, Structure) or inner.name not in INNER):
         raise ValueError(f"kernel {k!r}: inner={inner!r}: a rank's share runs through HostTeam or "
                          "DeviceKernel")
     if isinstance(npartitions, bool) or not isinstance(npartitions, int) or npartitions < 1:
