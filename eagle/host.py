@@ -74,9 +74,12 @@ class HostEntry:
         """``lanes``: samples run in lockstep (``eagle.lanes``); None lets eagle choose
         (``EAGLE_HOST_LANES`` forces it), 1 runs one sample at a time."""
         self.plugin = plugin
-        self.lanes, self.lanes_reason = choose(plugin, lanes)
-        self.source = host_source(plugin, self.lanes)
-        self.module = load_module("host", plugin, self.source)
+        self._load(*choose(plugin, lanes))
+
+    def _load(self, lanes, reason):
+        self.lanes, self.lanes_reason = lanes, reason
+        self.source = host_source(self.plugin, lanes)
+        self.module = load_module("host", self.plugin, self.source)
         self.tile = self.module._eagle_tile
 
     def _compile(self, start, po, args, r0):
@@ -87,10 +90,7 @@ class HostEntry:
         except NumbaError as e:
             if self.lanes == 1:
                 raise
-            self.lanes, self.lanes_reason = 1, f"the laned body did not compile ({type(e).__name__})"
-            self.source = host_source(self.plugin, 1)
-            self.module = load_module("host", self.plugin, self.source)
-            self.tile = self.module._eagle_tile
+            self._load(1, f"the laned body did not compile ({type(e).__name__})")
             self.tile(start, start, po, np.full(1, -1, np.int64), *args, r0)
 
     def run(self, values: dict, start: int, stop: int, po: int = 0, threads: int | None = None) -> dict:
