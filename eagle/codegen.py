@@ -127,6 +127,12 @@ def body_raises(plugin) -> bool:
     return any(isinstance(n, (ast.Raise, ast.Assert)) for n in ast.walk(ast.parse(plugin.source)))
 
 
+def body_call_args(plugin) -> str:
+    """The body's arguments as the loops pass them: planes and Params by name, each cell as its
+    32-sample scratch row ``_eagle_c_<cell>`` (host and device loops alike)."""
+    return ", ".join(f"_eagle_c_{name}" if name in plugin.cells else name for _, name in plugin.arg_spec)
+
+
 def row_partial_lines(ind: str, cells: dict) -> list:
     """Fold the row ``[_eagle_r, _eagle_e)`` of each cell's scratch into its row partial pair, then
     move on to the next row (host and device loops alike)."""
@@ -146,7 +152,7 @@ def host_source(plugin, lanes: int = 1) -> str:
     from .lanes import group_loop, lanes_function
     args = [name for _, name in plugin.arg_spec]
     cells = plugin.cells
-    body_args = ", ".join(f"_eagle_c_{a}" if a in cells else a for a in args)
+    body_args = body_call_args(plugin)
     track = "_eagle_prog[0] = _eagle_i" if body_raises(plugin) else ""
     opts = jit_options(plugin)
     out = [
