@@ -3,7 +3,7 @@
 Run ``python -m benchmarks.lanes [n]`` (default 10^6 samples).  For each kernel -- the 1000-step
 oscillator (one long dependency chain per sample), a per-sample ``while`` loop whose trip counts
 vary 10x between samples, and ``y = a*x + b`` (memory-bound) -- it times the one-at-a-time entry
-(``HostEntry(plugin, lanes=1)``) and the laned one (``plugin.host``), on one thread and on all of
+(``HostEntry(plugin, lanes=1)``) and the laned one (``eagle.host.host_entry(plugin)``), on one thread and on all of
 them, alternating the two so a busy machine slows both alike, and prints the median of 5 runs of
 each and their ratio.  It also checks that both give the same bits.
 """
@@ -18,7 +18,7 @@ import numpy as np
 
 import eagle
 from eagle import In, Out, Param
-from eagle.host import HostEntry, num_threads
+from eagle.host import HostEntry, host_entry, num_threads
 
 from .kernels import oscillator, stream
 
@@ -58,7 +58,7 @@ def cases(n, rng):
 def _run(entry, planes, threads):
     """Seconds for one run of every sample, and the outputs."""
     p = entry.plugin
-    bound = eagle.plan.bind(p, planes)
+    bound = eagle.bind.bind(p, planes)
     t = time.perf_counter()
     rows = entry.run(bound.values, 0, bound.n, threads=threads)
     dt = time.perf_counter() - t
@@ -67,7 +67,7 @@ def _run(entry, planes, threads):
 
 def bench(kernel, make, threads):
     p = eagle.deploy(kernel)
-    one, laned = HostEntry(p, lanes=1), p.host
+    one, laned = HostEntry(p, lanes=1), host_entry(p)
     small = {k: (v[:64].copy() if isinstance(v, np.ndarray) else v) for k, v in make().items()}
     _run(one, small, threads), _run(laned, small, threads)          # compile outside the timing
     times = {"one": [], "laned": []}

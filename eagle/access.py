@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from .roles import OUTPUT_KINDS, PLANE_KINDS
+
 SAMPLE_LOCAL = "sample_local"
 CROSS_SAMPLE_READ = "cross_sample_read"
 CROSS_SAMPLE_WRITE = "cross_sample_write"
@@ -64,7 +66,7 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
     def refuse(node, msg):
         raise ValueError(f"kernel {kname!r}, {where(node)}: {msg}")
 
-    uses = {name: PlaneUse() for name, r in roles.items() if r.kind in ("In", "Out", "Mutable")}
+    uses = {name: PlaneUse() for name, r in roles.items() if r.kind in PLANE_KINDS}
     cells = {name for name, r in roles.items() if r.kind == "Cell"}
     parents = {}
     for node in ast.walk(fdef):
@@ -140,7 +142,7 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
 
     writes_other = any(u.writes_other for u in uses.values())
     reads_other = any(u.reads_other for u in uses.values())
-    has_outputs = any(roles[n].kind in ("Out", "Mutable") for n in uses)
+    has_outputs = any(roles[n].kind in OUTPUT_KINDS for n in uses)
     if writes_other:
         inferred = CROSS_SAMPLE_WRITE
     elif cells and not has_outputs:

@@ -1,6 +1,7 @@
-"""DeviceKernel: the same kernels on a GPU, through numba's CUDA target.
+"""The device engine: samples of a plugin run on a GPU, through numba's CUDA target.
 
-One CUDA launch per partition; thread ``t`` runs sample ``base + t`` (a row of 32 samples for
+One CUDA launch per partition (the ``DeviceKernel`` structure, ``eagle.local``, is what runs a
+plan's partitions through it); thread ``t`` runs sample ``base + t`` (a row of 32 samples for
 a kernel with cells, whose rows are folded in ascending sample order and then, on the host,
 in ascending row order with ``eagle.reduction.fold`` -- the same bits at every partitioning,
 never atomics).  The launch kernel is generated from the same rewritten body as the host's
@@ -28,13 +29,12 @@ import threading
 
 import numpy as np
 
+from .bind import is_array
 from .codegen import load_module
 from .device_codegen import device_source, no_contraction, samples_per_thread
 from .errors import kernel_error, message, retyped
-from .partition import row_span
-from .plan import bind as plan_bind, is_array
-from .reduction import IDENTITY
-from .structure import Structure, register
+from .roles import OUTPUT_KINDS
+from .rows import check_row_start, identity_rows
 
 INSTALL = "pip install 'eagle[cuda12]'"
 BLOCK = 128
@@ -45,6 +45,7 @@ _LOCK = threading.Lock()
 # -- the CUDA runtime, explained when missing -------------------------------------------------
 
 def simulated() -> bool:
+    """Whether numba's CUDA simulator stands in for the GPU (``NUMBA_ENABLE_CUDASIM``)."""
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 
@@ -180,16 +181,16 @@ class DeviceEntry:
         each cell's row partials for the rows ``row_range`` = ``[r0, r1)`` as host arrays.
         """
         p = self.plugin
+        for start, stop in parts:
+            check_row_start(start, stop, bool(p.cells), p.name)
         cuda = check_gpu(device)
         r0, r1 = row_range if row_range is not None else (0, 0)
-        outputs = set(p.names("Out", "Mutable"))
+        outputs = set(p.names(*OUTPUT_KINDS))
         with cuda.gpus[device]:
             dev, back = {}, []
             for role, name in p.arg_spec:
                 if role.kind == "Cell":
-                    rows = np.empty((r1 - r0, 2))
-                    rows[:, 0], rows[:, 1] = IDENTITY[role.op], 0.0
-                    dev[name] = cuda.to_device(rows)
+                    dev[name] = cuda.to_device(identity_rows(role.op, r1 - r0))
                     continue
                 v = values[name]
                 if is_array(v) and not on_device(v):
@@ -241,35 +242,3 @@ def device_entry(plugin) -> DeviceEntry:
         if entry is None:
             entry = _ENTRIES[plugin.key] = DeviceEntry(plugin)
     return entry
-
-
-# -- the structure ---------------------------------------------------------------------------
-
-class _DeviceKernel(Structure):
-    """One CUDA launch per partition on one GPU, planes used where they lie."""
-
-    name = "device_kernel"
-    uses_device = True
-
-    def bind(self, plan, planes, device):
-        """``eagle.plan.bind``'s rules, plus where the planes lie; missing Outs go where the inputs are."""
-        dev, any_on_device = placement(plan.plugin.name, planes, device)
-        alloc = device_zeros(dev) if any_on_device else np.zeros
-        bound = plan_bind(plan.plugin, planes, alloc=alloc, gathered=self.gathered)
-        bound.device = dev
-        return bound
-
-    def execute(self, plan, bound, device):
-        dev = getattr(bound, "device", 0 if device is None else device)
-        parts = [(p.base, p.stop) for p in plan.partitions_for(bound.n)]
-        entry = plan.plugin.device
-        return entry.run(bound.values, parts, device=dev, row_range=row_span(0, bound.n))
-
-    def run_range(self, plugin, values, start, stop, po=0, device=None):
-        """Samples ``[start, stop)`` of host planes starting at sample ``po``, on GPU ``device``."""
-        dev, _ = placement(plugin.name, values, device)
-        return plugin.device.run(values, [(start, stop)], po=po, device=dev,
-                                 row_range=row_span(start, stop), copy_back=(start, stop))
-
-
-DeviceKernel = register(_DeviceKernel())

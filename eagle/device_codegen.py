@@ -5,11 +5,11 @@ same frozen globals from ``codegen.globals_source``); here it becomes a
 ``@cuda.jit(device=True)`` function, called by a generated launch kernel:
 
 * thread ``t`` of a launch takes samples ``[base + t * per, min(base + (t + 1) * per, stop))``
-  -- one sample per thread for an ordinary kernel, one row of 32 for a kernel with cells, the
+  -- one sample per thread for an ordinary kernel, one row for a kernel with cells, the
   whole partition in sample order (one thread) for a kernel that writes other samples;
 * a thread past ``stop`` does nothing (the bounds guard);
-* a kernel with cells folds each row's 32 contributions in ascending sample order with
-  ``eagle.reduction.row_partial`` -- the same Python function the host uses, compiled for CUDA
+* a kernel with cells folds each row's contributions in ascending sample order with
+  ``eagle.rows.row_partial`` -- the same Python function the host uses, compiled for CUDA
   (``cuda_row_partial``) -- and writes the row partial pair; never atomics.
 
 Floating-point contraction.  NVVM, numba's CUDA compiler, contracts ``a * b + c`` into one
@@ -29,26 +29,23 @@ import inspect
 import threading
 import types
 
-from . import __version__
+from . import __version__, rows
 from .access import CROSS_SAMPLE_WRITE
-from .codegen import (_float_literal, body_call_args, body_function, body_raises, globals_source,
-                      row_partial_lines)
-from .reduction import IDENTITY
+from .codegen import body_call_args, body_function, body_raises, globals_source
+from .rows import ROW, row_loop_lines
 
 _STATE = threading.local()
 
 
 @functools.lru_cache(maxsize=None)
 def cuda_row_partial():
-    """``eagle.reduction.row_partial`` compiled for CUDA device code, with ``step`` likewise.
+    """``eagle.rows.row_partial`` compiled for CUDA device code, with ``step`` likewise.
 
     The same Python functions as the host's (their ``py_func``), so the fold rule has one copy.
     """
     from numba import cuda
-
-    from . import reduction
-    step = cuda.jit(device=True)(reduction.step.py_func)
-    rp = reduction.row_partial.py_func
+    step = cuda.jit(device=True)(rows.step.py_func)
+    rp = rows.row_partial.py_func
     fn = types.FunctionType(rp.__code__, {**rp.__globals__, "step": step}, rp.__name__)
     return cuda.jit(device=True)(fn)
 
@@ -107,24 +104,20 @@ def device_source(plugin) -> str:
         out += [f"{ind}for _eagle_i in range(_eagle_lo, _eagle_hi):",
                 f"{ind*2}_eagle_body(_eagle_i, {body_args}, _eagle_po, 0)"]
         return "\n".join(out) + "\n"
-    for c in cells:
-        out.append(f"{ind}_eagle_c_{c} = _eagle_cuda.local.array(32, _eagle_np.float64)")
-    out += [f"{ind}_eagle_r = _eagle_lo", f"{ind}while _eagle_r < _eagle_hi:",
-            f"{ind*2}_eagle_e = min(_eagle_r + 32, _eagle_hi)",
-            f"{ind*2}for _eagle_k in range(32):"]
-    for c, op in cells.items():
-        out.append(f"{ind*3}_eagle_c_{c}[_eagle_k] = {_float_literal(IDENTITY[op])}")
-    out += [f"{ind*2}for _eagle_i in range(_eagle_r, _eagle_e):",
-            f"{ind*3}_eagle_body(_eagle_i, {body_args}, _eagle_po, _eagle_r)"]
-    out += row_partial_lines(ind * 2, cells)
+
+    def samples(ind2, r, e):
+        return [f"{ind2}for _eagle_i in range({r}, {e}):", f"{ind2}    _eagle_body(_eagle_i, {body_args}, _eagle_po, {r})"]
+    out += row_loop_lines(ind, cells, "_eagle_lo", "_eagle_hi", f"_eagle_cuda.local.array({ROW}, _eagle_np.float64)",
+                          samples)
     return "\n".join(out) + "\n"
 
 
 def samples_per_thread(plugin, count: int) -> int:
-    """1 per thread, a row of 32 with cells, everything in one thread for cross_sample_write."""
+    """How the device cuts a launch: one sample per thread, one row (``ROW`` samples) per thread
+    for a kernel with cells, everything in one thread for cross_sample_write."""
     if plugin.exec_access == CROSS_SAMPLE_WRITE:
         return max(count, 1)
-    return 32 if plugin.cells else 1
+    return ROW if plugin.cells else 1
 
 
 # -- no contraction where numba offers no switch ----------------------------------------------

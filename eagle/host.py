@@ -1,9 +1,11 @@
-"""The host entry: a kernel's samples run by a team of CPU threads.
+"""The host engine: samples ``[start, stop)`` of a plugin run by a team of CPU threads.
 
-Samples ``[start, stop)`` are cut into tiles (whole rows of 32 for a kernel with cells); each
-tile is one call of the numba-compiled loop, which releases the GIL, so the team's threads run
-in parallel.  A kernel that writes other samples runs as one tile, in sample order.  The team
-waits for every tile before it raises, then raises the first error in sample order.
+The share is cut into tiles (``tiles``: about four per thread, whole rows for a kernel with
+cells); each tile is one call of the numba-compiled loop (``eagle.host_codegen``), which
+releases the GIL, so the team's threads run in parallel.  A kernel that writes other samples
+runs as one tile, in sample order.  The team waits for every tile before it raises, then raises
+the first error in sample order.  The compiled entry is built once per process and plugin
+(``host_entry``).
 """
 from __future__ import annotations
 
@@ -15,17 +17,24 @@ import numpy as np
 from numba.core.errors import NumbaError
 
 from .access import CROSS_SAMPLE_WRITE
-from .codegen import host_source, load_module
-from .lanes import choose
+from .codegen import load_module
 from .errors import kernel_error
-from .partition import ROW, row_span
-from .reduction import IDENTITY
-from .structure import Structure, register
+from .host_codegen import host_source
+from .lanes import choose
+from .rows import ROW, check_row_start, identity_rows, row_span
 
 _ENTRIES = {}
 _LOCK = threading.Lock()
 _POOL = None
 MIN_TILE = 2048
+
+
+def cpu_count() -> int:
+    """The CPUs this process may use (its affinity mask where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 def num_threads() -> int:
@@ -39,10 +48,7 @@ def num_threads() -> int:
         if n < 1:
             raise ValueError(f"EAGLE_NUM_THREADS={env!r}: a team has at least one thread")
         return n
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    return cpu_count()
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:
@@ -97,13 +103,12 @@ class HostEntry:
         """Run samples ``[start, stop)``; planes in ``values`` start at sample ``po``.
 
         Writes the output planes in place and returns each cell's row partials for the rows
-        ``[start // 32, ceil(stop / 32))`` as a ``(rows, 2)`` array.
+        ``row_span(start, stop)`` as a ``(rows, 2)`` array.
         """
         p = self.plugin
+        check_row_start(start, stop, bool(p.cells), p.name)
         r0, r1 = row_span(start, stop)
-        rows = {c: np.empty((r1 - r0, 2)) for c in p.cells}
-        for c, op in p.cells.items():
-            rows[c][:, 0], rows[c][:, 1] = IDENTITY[op], 0.0
+        rows = {c: identity_rows(op, r1 - r0) for c, op in p.cells.items()}
         args = [rows[name] if name in rows else values[name] for _, name in p.arg_spec]
         threads = num_threads() if threads is None else threads
         if p.exec_access == CROSS_SAMPLE_WRITE:
@@ -147,27 +152,3 @@ def host_entry(plugin) -> HostEntry:
         with _LOCK:
             entry = _ENTRIES.setdefault(plugin.key, entry)
     return entry
-
-
-class _HostTeam(Structure):
-    """A numba-compiled loop over each partition, cut in tiles run by a team of threads."""
-
-    name = "host_team"
-
-    @staticmethod
-    def threads() -> int:
-        """The team size a run uses now: ``EAGLE_NUM_THREADS`` or the CPUs this process may use."""
-        return num_threads()
-
-    def execute(self, plan, bound, device):
-        entry = plan.plugin.host
-        parts = [entry.run(bound.values, p.base, p.stop) for p in plan.partitions_for(bound.n)]
-        return {c: np.concatenate([r[c] for r in parts]) for c in plan.plugin.cells}
-
-    def run_range(self, plugin, values, start, stop, po=0, device=None):
-        if device is not None:
-            raise ValueError(f"kernel {plugin.name!r}: device={device!r}, but HostTeam runs on CPU threads")
-        return plugin.host.run(values, start, stop, po)
-
-
-HostTeam = register(_HostTeam())

@@ -24,9 +24,10 @@ selected -- so every sample gets the same bits:
   ``continue`` ends that lane's iteration (the ``else`` clause runs when the condition fails).
 
 Samples of one group interleave their statements, so a kernel whose samples could see each
-other's writes (``cross_sample_write``), one that raises (the loop records the sample it is at)
-and one that draws random numbers (the order of draws would change) run one at a time; so does a
-body using a construct the transform does not handle.  ``choose`` says which, with a reason:
+other's writes (``cross_sample_write``) and one that raises (the loop records the sample it is
+at) run one at a time; so does a body using a construct the transform does not handle.  (Draws
+from ``eagle.random`` are pure functions of the sample and a counter, so they lane; stateful
+generators are refused at deploy, ``eagle.freeze``.)  ``choose`` says which, with a reason:
 ``plugin.host_lanes`` / ``plugin.host_lanes_reason``.  ``EAGLE_HOST_LANES`` (read when a host
 entry is built) forces a lane count; ``EAGLE_HOST_LANES=1`` runs one sample at a time.  A laned
 body numba does not compile falls back too (``HostEntry._compile``).
@@ -44,9 +45,12 @@ import copy
 import os
 
 from .access import CROSS_SAMPLE_WRITE
+from .codegen import body_function, body_raises
+from .roles import PLANE_KINDS
+from .rows import ROW
 
 ENV = "EAGLE_HOST_LANES"
-ALLOWED = (1, 2, 4, 8, 16)          # divide a row of 32: a lane group never straddles a cell row
+ALLOWED = tuple(k for k in (1, 2, 4, 8, 16) if ROW % k == 0)   # a lane group never straddles a row
 DEFAULT, SMALL = 8, 4
 BIG_BODY = 400          # AST nodes: a bigger body runs SMALL lanes (compile time, code size)
 LOOP_STATE = 2          # per-lane names a loop may carry at DEFAULT lanes; more run SMALL lanes
@@ -87,20 +91,10 @@ def _env_lanes():
 
 def _fallback_reason(plugin):
     """Why a kernel must run one sample at a time whatever its body looks like, or None."""
-    from .codegen import body_raises
     if plugin.exec_access == CROSS_SAMPLE_WRITE:
         return "writes other samples' planes (cross_sample_write): runs in sample order"
     if body_raises(plugin):
         return "raises or asserts: the loop records the sample it is at"
-    randoms = {g["name"] for g in plugin.frozen
-               if "random" in (g.get("module") or "").split(".")}
-    modules = {g["name"] for g in plugin.frozen if g["kind"] == "module"}
-    for node in ast.walk(plugin._fdef):
-        if isinstance(node, ast.Name) and node.id in randoms:
-            return "draws random numbers: lanes would change the order of the draws"
-        if (isinstance(node, ast.Attribute) and node.attr == "random" and isinstance(node.value, ast.Name)
-                and node.value.id in modules):
-            return "draws random numbers: lanes would change the order of the draws"
     return None
 
 
@@ -117,7 +111,6 @@ def choose(plugin, want=None):
     reason = _fallback_reason(plugin)
     if reason:
         return 1, reason
-    from .codegen import body_function
     fdef = ast.parse(body_function(plugin)).body[0]
     try:
         t = _Lanes(plugin, fdef, DEFAULT)
@@ -130,30 +123,8 @@ def choose(plugin, want=None):
 
 def lanes_function(plugin, lanes: int) -> str:
     """Source of ``_eagle_body_lanes(_eagle_i0, *args, _eagle_po, _eagle_co)``."""
-    from .codegen import body_function
     fdef = ast.parse(body_function(plugin)).body[0]
     return ast.unparse(_Lanes(plugin, fdef, lanes).function())
-
-
-def group_loop(ind: str, start: str, stop: str, call_args: str, lanes: int, track: str) -> list:
-    """Tile lines running samples ``[start, stop)``: groups of ``lanes`` laned, the rest one at a time.
-
-    ``call_args`` follows the index in a body call; ``track`` is a statement recording the sample
-    (only for one at a time: a kernel that raises is never laned).
-    """
-    lines = []
-    first = start
-    if lanes > 1:
-        lines += [f"{ind}_eagle_g = {start}",
-                  f"{ind}while _eagle_g + {lanes} <= {stop}:",
-                  f"{ind}    _eagle_body_lanes(_eagle_g, {call_args})",
-                  f"{ind}    _eagle_g += {lanes}"]
-        first = "_eagle_g"
-    lines.append(f"{ind}for _eagle_i in range({first}, {stop}):")
-    if track:
-        lines.append(f"{ind}    {track}")
-    lines.append(f"{ind}    _eagle_body(_eagle_i, {call_args})")
-    return lines
 
 
 # --- the transform ----------------------------------------------------------------------------
@@ -183,7 +154,7 @@ class _Lanes:
         self.args = [a.arg for a in fdef.args.args[1:]]
         roles = plugin.roles
         self.params = {n for n, r in roles.items() if r.kind == "Param"}
-        self.planes = {n for n, r in roles.items() if r.kind in ("In", "Out", "Mutable")}
+        self.planes = {n for n, r in roles.items() if r.kind in PLANE_KINDS}
         self.frozen_names = {g["name"] for g in plugin.frozen}
         self.consts = {g["name"] for g in plugin.frozen if g["kind"] == "const"}
         self.math = {g["name"] for g in plugin.frozen if g["kind"] == "module" and g["module"] == "math"}

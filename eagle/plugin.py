@@ -8,137 +8,23 @@ Dask workers) and saves as an artifact: ``plugin.save(dir)`` / ``eagle.load(dir)
 from __future__ import annotations
 
 import ast
-import builtins
 import hashlib
-import inspect
 import json
 import os
-import textwrap
-import types
 
 import numpy as np
 
 from . import __version__
 from .access import analyse
+from .codegen import globals_source
+from .freeze import NUMBER_TYPES, freeze_globals
+from .host import host_entry
 from .kernel import Kernel, kernel as _as_kernel
-from .roles import Role
+from .roles import OUTPUT_KINDS, Role
 
 SCHEMA = 1
 MANIFEST = "manifest.json"
 SOURCE = "kernel.py"
-
-_NUMBER_TYPES = (bool, int, float, complex, np.bool_, np.integer, np.floating, np.complexfloating)
-
-
-def _free_names(fdef: ast.FunctionDef):
-    """Names the body loads that it does not bind itself, in order of first use."""
-    bound = {a.arg for a in fdef.args.args + fdef.args.posonlyargs}
-    body = [node for stmt in fdef.body for node in ast.walk(stmt)]   # annotations are not the body's
-    for node in body:
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            bound.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.Lambda)) and node is not fdef:
-            if isinstance(node, ast.FunctionDef):
-                bound.add(node.name)
-            bound.update(a.arg for a in node.args.args)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bound.add(node.name)
-    seen = []
-    for node in body:
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in bound:
-            if node.id not in seen:
-                seen.append(node.id)
-    return seen
-
-
-def _freeze_value(kname, name, value, depth=0):
-    """One global of the body as a manifest entry, or a refusal naming it."""
-    if isinstance(value, _NUMBER_TYPES):
-        t = type(value)
-        tname = t.__name__ if t in (bool, int, float, complex) else np.dtype(t).name
-        v = value.item() if isinstance(value, np.generic) else value
-        if isinstance(v, float):
-            text = v.hex()
-        elif isinstance(v, complex):
-            text = [v.real.hex(), v.imag.hex()]
-        else:
-            text = repr(v)
-        return {"name": name, "kind": "const", "type": tname, "value": text}
-    if isinstance(value, types.ModuleType):
-        return {"name": name, "kind": "module", "module": value.__name__}
-    if isinstance(value, np.ndarray):
-        raise ValueError(f"kernel {kname!r} reads the module-level array {name!r}; arrays are not frozen "
-                         f"into a kernel: pass it as a plane (an In argument) instead")
-    if isinstance(value, Kernel):
-        raise ValueError(f"kernel {kname!r} calls the kernel {name!r}; a kernel is launched by eagle, "
-                         "not called from another one: use a @numba.njit helper")
-    if isinstance(value, np.ufunc):
-        return {"name": name, "kind": "import", "module": "numpy", "attr": value.__name__}
-    py = getattr(value, "py_func", None)            # a numba dispatcher
-    mod = getattr(py if py is not None else value, "__module__", None)
-    attr = getattr(py if py is not None else value, "__name__", None)
-    if callable(value) and mod and attr:
-        builtin = py is None and (isinstance(value, types.BuiltinFunctionType) or mod in ("math", "cmath")
-                                  or hasattr(value, "_numba_type_") or mod.startswith(("numpy", "numba")))
-        importable = not (mod == "__main__" or mod.startswith("__"))
-        if builtin or (py is not None and importable):
-            return {"name": name, "kind": "import", "module": mod, "attr": attr}
-        if isinstance(value, types.FunctionType) or py is not None:
-            return _function_entry(kname, name, py if py is not None else value, depth)
-    raise ValueError(f"kernel {kname!r} reads the module-level name {name!r} of type "
-                     f"{type(value).__name__}; a kernel may use numbers (frozen at deploy), modules "
-                     "and functions -- pass anything else as a plane or a Param")
-
-
-def _function_entry(kname, name, fn, depth):
-    """A helper the kernel calls, compiled from its source with the kernel (a function defined in
-    ``__main__`` or a notebook cannot be imported on a worker; a plain Python function is not
-    compiled yet).  Its own globals are frozen the same way."""
-    if depth > 8:
-        raise ValueError(f"kernel {kname!r}: helper functions nest more than 8 deep (at {name!r})")
-    try:
-        src = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError):
-        raise ValueError(f"kernel {kname!r} calls {name!r}, whose source cannot be read; define it in a "
-                         "file, a script or a notebook cell") from None
-    fdef = ast.parse(src).body[0]
-    if not isinstance(fdef, ast.FunctionDef) or fn.__name__ == "<lambda>":
-        raise ValueError(f"kernel {kname!r} calls {name!r}, which is not a plain function (def ...)")
-    fdef.decorator_list = []
-    fdef.name = name
-    nested = _freeze_names(kname, fdef, fn, depth + 1)
-    return {"name": name, "kind": "function", "source": ast.unparse(fdef), "frozen": nested}
-
-
-def _freeze_names(kname, fdef, fn, depth=0) -> list:
-    """Resolve a function's free names: numbers frozen, modules imported, helpers compiled."""
-    closure = {}
-    if fn.__closure__:
-        for var, cell in zip(fn.__code__.co_freevars, fn.__closure__):
-            try:
-                closure[var] = cell.cell_contents
-            except ValueError:
-                pass
-    frozen = []
-    for name in _free_names(fdef):
-        if name in closure:
-            value = closure[name]
-        elif name in fn.__globals__:
-            value = fn.__globals__[name]
-        elif hasattr(builtins, name):
-            continue
-        else:
-            where = "the kernel" if depth == 0 else f"helper {fdef.name!r}"
-            raise NameError(f"kernel {kname!r} uses {name!r}, which is not defined where {where} is")
-        frozen.append(_freeze_value(kname, name, value, depth))
-    return frozen
-
-
-def freeze_globals(k: Kernel, fdef) -> list:
-    """Resolve the body's free names at deploy: numbers frozen, modules and functions imported,
-    helpers that cannot be imported compiled from their source."""
-    return _freeze_names(k.name, fdef, k.fn)
-
 
 def _role_to_json(role, name):
     return {"name": name, "kind": role.kind, "width": role.width,
@@ -187,7 +73,7 @@ class Plugin:
     @property
     def outputs(self):
         """Outputs in argument order: Out and Mutable planes, then cells where they stand."""
-        return [name for role, name in self.arg_spec if role.kind in ("Out", "Mutable", "Cell")]
+        return [name for role, name in self.arg_spec if role.kind in (*OUTPUT_KINDS, "Cell")]
 
     @property
     def sliceable(self):
@@ -195,24 +81,14 @@ class Plugin:
         return {n for n, u in self.plane_uses.items() if u.own_only}
 
     @property
-    def host(self):
-        from .host import host_entry
-        return host_entry(self)
-
-    @property
     def host_lanes(self) -> int:
-        """Samples the host entry runs in lockstep (1: one at a time, see ``host_lanes_reason``)."""
-        return self.host.lanes
+        """Samples the host engine runs in lockstep (1: one at a time, see ``host_lanes_reason``)."""
+        return host_entry(self).lanes
 
     @property
     def host_lanes_reason(self):
-        """Why the host entry runs one sample at a time, or None when it runs lanes."""
-        return self.host.lanes_reason
-
-    @property
-    def device(self):
-        from .device import device_entry
-        return device_entry(self)
+        """Why the host engine runs one sample at a time, or None when it runs lanes."""
+        return host_entry(self).lanes_reason
 
     # -- identity, pickling, artifacts -------------------------------------------------------
     def __repr__(self):
@@ -249,7 +125,7 @@ def deploy(k) -> Plugin:
     fdef = ast.parse(k.source).body[0]
     frozen = freeze_globals(k, fdef)
     for name, value in k.defaults.items():
-        if not isinstance(value, _NUMBER_TYPES):
+        if not isinstance(value, NUMBER_TYPES):
             raise TypeError(f"kernel {k.name!r}: the default of Param {name!r} must be a number")
     # analysed here so a refusal names the kernel at deploy (Plugin re-derives the same)
     cells = {name: role.op for role, name in k.arg_spec if role.kind == "Cell"}
@@ -273,7 +149,6 @@ def deploy(k) -> Plugin:
         "eagle_version": __version__,
     }
     plugin = Plugin(manifest, k.source)
-    from .codegen import globals_source
     globals_source(plugin)          # a name meaning two things in the kernel and a helper: refused now
     return plugin
 

@@ -1,72 +1,49 @@
-"""Execution structures and the placement table.
+"""What runs a plan's samples: the ``Structure`` every structure is.
 
-| access                                         | host_team / device_kernel | rank_partition / dask_partition |
-|------------------------------------------------|---------------------------|---------------------------------|
-| sample_local, cross_sample_read, mapreduce     | any partition count       | legal                           |
-| cross_sample_write                             | one partition only        | refused at every world size     |
+A structure either runs a plan's partitions in this process through an engine (``HostTeam``,
+``DeviceKernel``: ``eagle.local``), or distributes shares of the samples to other processes,
+each of which runs its share through an inner structure (``RankPartition``: ``eagle.mpi``,
+``eagle_dask.DaskPartition``).  Where a kernel may be placed is the placement table in
+``eagle.plan``.
+
+A new structure subclasses ``Structure``, sets ``name`` and the flags below, implements
+``execute`` (and ``run_range`` if it can run a rank's share), and is made once, as a
+module-level singleton whose name is ``public_name`` (it pickles by that name).
 """
 from __future__ import annotations
 
-from .access import ACCESS_CLASSES, CROSS_SAMPLE_WRITE
+from .bind import bind
 
 
 class Structure:
     """What runs a plan's samples.  Subclasses are singletons (``HostTeam``, ``DeviceKernel``...)."""
 
     name = "structure"
-    has_ranks = False      # splits samples over ranks or workers, each running an inner structure
-    uses_device = False    # takes device=
-    gathered = False       # outputs travel between processes: float64, C-contiguous
+    #: the module-level name of the singleton (it pickles as a reference to it)
+    public_name = None
+    #: outputs cross processes: the structure splits samples over ranks or workers, each running an
+    #: inner structure, and gathers float64, C-contiguous outputs through the host
+    crosses_processes = False
+    #: runs on a GPU and takes ``device=``
+    uses_device = False
 
     def bind(self, plan, planes, device):
-        """Validate a run's arguments (see ``eagle.plan.bind``)."""
-        from .plan import bind
-        return bind(plan.plugin, planes, gathered=self.gathered)
+        """Validate a run's arguments (see ``eagle.bind.bind``)."""
+        return bind(plan.plugin, planes, gathered=self.crosses_processes)
 
     def __repr__(self):
-        return f"eagle.exec.{type(self).__name__.lstrip('_')}"
+        return f"eagle.exec.{self.public_name}"
 
     def __reduce__(self):
-        return (_structure_by_name, (self.name,))
+        return self.public_name
 
     def check_plan(self, plan):
         """Refusals this structure adds at plan time."""
 
     def execute(self, plan, bound, device):
         """Run every sample of ``bound``; write output planes in place; return cells' row partials."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not implement execute()")
 
     def run_range(self, plugin, values, start, stop, po=0, device=None):
         """Run samples ``[start, stop)`` as an inner structure (one rank's or worker's share)."""
         raise NotImplementedError(f"{self!r} cannot run a rank's share")
-
-
-_REGISTRY = {}
-
-
-def register(structure):
-    _REGISTRY[structure.name] = structure
-    return structure
-
-
-def _structure_by_name(name):
-    if name not in _REGISTRY and name == "dask_partition":
-        import eagle_dask  # noqa: F401 - registers itself
-    return _REGISTRY[name]
-
-
-def check_placement(access, structure, npartitions=1, kernel=None):
-    """Refuse a placement the table forbids, naming the rule (and the kernel when given)."""
-    if access not in ACCESS_CLASSES:
-        raise ValueError(f"unknown access class {access!r}; one of {', '.join(ACCESS_CLASSES)}")
-    who = f"kernel {kernel!r}" if kernel else "a kernel"
-    if access == CROSS_SAMPLE_WRITE:
-        if structure.has_ranks:
-            raise ValueError(
-                f"{who} writes other samples' planes (cross_sample_write) and cannot be split across "
-                f"{structure.name}: refused at every world size; run it with HostTeam or DeviceKernel "
-                "and one partition")
-        if npartitions != 1:
-            raise ValueError(
-                f"{who} writes other samples' planes (cross_sample_write): {structure.name} runs it "
-                f"with one partition only, not {npartitions}")

@@ -2,7 +2,7 @@
 
 ``DaskPartition`` (the structure; ``DaskPartition.on(client)``, ``DaskPartition.ranks()``),
 ``local_cluster()`` (the embedded cluster on 127.0.0.1), ``initialize()`` (dask-mpi under
-``mpirun``).  Importing this package registers the structure with eagle.
+``mpirun``).
 """
 from .cluster import initialize, local_cluster, serve
 from .ranks import Rank, gpu_ids, worker_ranks

@@ -17,16 +17,11 @@ import logging
 import os
 import sys
 
+from eagle.host import cpu_count
+
 from .ranks import gpu_ids
 
 LOOPBACK = "127.0.0.1"
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def cuda_workers_available() -> bool:
@@ -76,7 +71,7 @@ def local_cluster(n_workers=None, threads_per_worker=None, **kwargs):
     else:
         from distributed import LocalCluster
         kwargs.setdefault("silence_logs", logging.ERROR)
-        cluster = LocalCluster(n_workers=n_workers or _cpus(), threads_per_worker=threads, processes=True,
+        cluster = LocalCluster(n_workers=n_workers or cpu_count(), threads_per_worker=threads, processes=True,
                                env=env, **kwargs)
     return _owning_client(cluster)
 

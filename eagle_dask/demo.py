@@ -14,6 +14,7 @@ import numpy as np
 
 import eagle
 import eagle.exec as eexec
+from eagle.bits import same_bits
 from eagle.models import oscillator
 from eagle import plan as eplan
 
@@ -24,13 +25,6 @@ def planes(n, steps, seed=2024):
     """Fresh inputs: frequencies in [0.5, 2), every oscillator released from x=1 at rest."""
     rng = np.random.default_rng(seed)
     return {"omega": rng.uniform(0.5, 2.0, n), "dt": 1e-3, "steps": int(steps), "x": np.ones(n), "v": np.zeros(n)}
-
-
-def identical(a: dict, b: dict) -> bool:
-    """Same keys, and every value with the same dtype, shape and bytes."""
-    return a.keys() == b.keys() and all(
-        np.asarray(a[k]).dtype == np.asarray(b[k]).dtype and np.asarray(a[k]).shape == np.asarray(b[k]).shape
-        and np.asarray(a[k]).tobytes() == np.asarray(b[k]).tobytes() for k in a)
 
 
 def _timed(p, n, steps):
@@ -63,7 +57,7 @@ def run(samples=1_000_000, steps=1000, workers=None, client=None, progress=None,
         if own:
             client.close()
     return {"workers": k, "samples": samples, "steps": steps, "seconds": t_dask, "one_seconds": t_one,
-            "one_threads": eagle.host.num_threads(), "identical": identical(ref, got)}
+            "one_threads": eagle.host.num_threads(), "identical": same_bits(ref, got)}
 
 
 def table(res) -> str:

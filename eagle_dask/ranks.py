@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from eagle.device import simulated
+
 
 class Rank(NamedTuple):
     """One worker as a rank: where it listens, its name, its host and its GPU (None without)."""
@@ -28,7 +30,7 @@ def _name_key(name):
 
 def gpu_ids() -> list[str]:
     """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` if set, else the driver's list."""
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    if simulated():
         return []
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:

@@ -2,7 +2,7 @@
 
 Ranks are the workers sorted by name (see :mod:`eagle_dask.ranks`).  A run validates every
 argument on the driver first (the same refusals as any structure that gathers outputs), cuts
-the samples with ``eagle.partition.split`` (rows of 32 for a kernel with cells) and submits
+the samples with ``eagle.rows.split`` (rows of 32 for a kernel with cells) and submits
 one task per rank, pinned to its worker with a *loose* restriction: if that worker dies, the
 scheduler recomputes the block on a survivor, from the same inputs, giving the same bits.
 Blocks are written into the output planes at their offsets as they arrive; row partials are
@@ -19,9 +19,9 @@ import warnings
 
 import numpy as np
 
-from eagle.partition import split
-from eagle.plan import is_array
-from eagle.structure import Structure, register
+from eagle.bind import is_array
+from eagle.rows import split
+from eagle.structure import Structure
 
 #: seconds a run waits with no worker at all before it gives up
 DEFAULT_TIMEOUT = 60.0
@@ -63,8 +63,8 @@ class _DaskPartition(Structure):
     """
 
     name = "dask_partition"
-    has_ranks = True
-    gathered = True
+    public_name = "DaskPartition"
+    crosses_processes = True
 
     client = None
     workers = None
@@ -212,13 +212,15 @@ class _DaskPartition(Structure):
 
     @staticmethod
     def _rows(plugin, rows_of):
-        from eagle.reduction import empty_rows
-        return {c: np.concatenate([empty_rows(0)] + [rows[c] for rows in rows_of if rows is not None])
+        return {c: np.concatenate([np.zeros((0, 2))] + [rows[c] for rows in rows_of if rows is not None])
                 for c in plugin.cells}
-
 
     def __repr__(self):
         return "eagle_dask.DaskPartition"
+
+
+def _unbound():
+    return DaskPartition
 
 
 class _BoundDaskPartition(_DaskPartition):
@@ -227,5 +229,8 @@ class _BoundDaskPartition(_DaskPartition):
     def __repr__(self):
         return "eagle_dask.DaskPartition.on(...)"
 
+    def __reduce__(self):
+        return (_unbound, ())
 
-DaskPartition = register(_DaskPartition())
+
+DaskPartition = _DaskPartition()

@@ -14,6 +14,7 @@ import collections
 import numpy as np
 
 from eagle.errors import with_place
+from eagle.roles import OUTPUT_KINDS
 
 #: what recent tasks of this worker received: (kernel, rank, start, stop, worker, {plane: length})
 #: -- a debugging record, read with ``client.run(eagle_dask.task.received)``
@@ -48,7 +49,7 @@ def run_block(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh,
                      {k: int(v.shape[0]) for k, v in {**(whole or {}), **sliced}.items()}))
     values = dict(params)
     values.update(sliced)
-    outputs = plugin.names("Out", "Mutable")
+    outputs = plugin.names(*OUTPUT_KINDS)
     sliceable = plugin.sliceable
     for name, v in (whole or {}).items():
         values[name] = np.array(v, copy=True) if name in outputs else v

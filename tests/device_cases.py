@@ -21,7 +21,7 @@ import numpy as np
 import eagle
 import eagle.exec as eexec
 from eagle import plan as eplan
-from eagle.plan import bind
+from eagle.bind import bind
 from tests.kernels import CASES, SPLITTABLE, as_dict, inputs, picky, same_bits
 
 N = 77                                   # odd, three rows of 32 (the last one short)

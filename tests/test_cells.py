@@ -15,8 +15,7 @@ import eagle
 import eagle.exec as eexec
 from eagle import Cell, In
 from eagle import plan as eplan
-from eagle.partition import share
-from eagle.reduction import row_partials
+from eagle.rows import row_partials, share
 from tests.kernels import same_bits
 
 OPS = ("sum", "times", "max", "min", "land")

@@ -111,7 +111,7 @@ def test_threads_really_cut_the_samples_into_tiles(team, monkeypatch):
     import threading
     team(3)
     names = set()
-    entry = eagle.deploy(CASES["axpb"][0]).host
+    entry = eagle.host.host_entry(eagle.deploy(CASES["axpb"][0]))
     original = entry.tile
 
     def spy(a, b, *args):
@@ -124,10 +124,9 @@ def test_threads_really_cut_the_samples_into_tiles(team, monkeypatch):
     assert all(name.startswith("eagle-team") for name, _, _ in names)
 
 
-def test_a_cell_kernel_split_off_row_boundaries_is_refused(no_launch):
-    p = eplan.plan(eagle.deploy(CASES["reductions"][0]), structure=eexec.HostTeam, partitions=[(0, 33), (33, 67)])
+def test_a_cell_kernel_split_off_row_boundaries_is_refused_by_the_plan():
     with pytest.raises(ValueError, match=r"kernel 'reductions' writes cells.*multiple of 32.*\(33, 67\)"):
-        p.run(**inputs("reductions", 100))
+        eplan.plan(eagle.deploy(CASES["reductions"][0]), structure=eexec.HostTeam, partitions=[(0, 33), (33, 67)])
 
 
 # --- what a run returns -----------------------------------------------------------------------

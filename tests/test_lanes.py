@@ -155,11 +155,6 @@ def early(i, x: In, y: Out):
     y[i] = x[i] * 2.0
 
 
-@eagle.kernel
-def noisy(i, x: In, y: Out):
-    y[i] = x[i] + np.random.random()
-
-
 EXTRA = {
     "collatz": (collatz, lambda n, r: {"k": r.integers(1, 3000, n)}),
     "branches": (branches, lambda n, r: {"x": r.uniform(-3.0, 3.0, n), "lim": 3.0}),
@@ -209,7 +204,7 @@ def test_laned_bits_equal_one_at_a_time(name, n):
     p = eagle.deploy(kernel_of(name))
     assert p.host_lanes > 1, p.host_lanes_reason
     assert p.host_lanes_reason is None
-    laned, laned_rows = run_with(p.host, name, n)
+    laned, laned_rows = run_with(eagle.host.host_entry(p), name, n)
     ref, ref_rows = run_with(HostEntry(p, lanes=1), name, n)
     assert p.host_lanes > 1, p.host_lanes_reason          # still laned once compiled
     assert same_bits(laned, ref)
@@ -222,7 +217,7 @@ def test_laned_threads_and_plan(name):
     p = eagle.deploy(kernel_of(name))
     n = 4999
     ref, ref_rows = run_with(HostEntry(p, lanes=1), name, n, threads=1)
-    laned, laned_rows = run_with(p.host, name, n, threads=2)
+    laned, laned_rows = run_with(eagle.host.host_entry(p), name, n, threads=2)
     assert same_bits(laned, ref) and same_bits(laned_rows, ref_rows)
     out = eagle.plan.plan(p, structure=HostTeam, npartitions=3).run(**planes_of(name, n))
     assert same_bits(as_dict(p, out), ref)
@@ -255,8 +250,8 @@ def laned_asm(plugin, name):
     from eagle.codegen import jit_options
     opts = eval(f"dict({jit_options(plugin)})")
     opts["cache"] = False
-    fn = numba.njit(**opts)(plugin.host.module._eagle_body_lanes.py_func)
-    bound = eagle.plan.bind(plugin, planes_of(name, 16))
+    fn = numba.njit(**opts)(eagle.host.host_entry(plugin).module._eagle_body_lanes.py_func)
+    bound = eagle.bind.bind(plugin, planes_of(name, 16))
     fn(0, *[np.zeros(32) if a in plugin.cells else bound.values[a] for _, a in plugin.arg_spec], 0, 0)
     return fn.inspect_asm(fn.signatures[0])
 
@@ -297,11 +292,6 @@ def test_fallback_early_return():
     assert same_bits(eagle.plan.plan(p, structure=HostTeam).run(x=x), np.where(x < 0.0, 0.0, x * 2.0))
 
 
-def test_fallback_random():
-    p = eagle.deploy(noisy)
-    assert p.host_lanes == 1 and "random" in p.host_lanes_reason
-
-
 def test_env_forces_one_at_a_time(monkeypatch):
     p = eagle.deploy(kernel_of("oscillator"))
     monkeypatch.setenv(ENV, "1")
@@ -317,9 +307,9 @@ def test_env_forces_one_at_a_time(monkeypatch):
 
 def test_fallback_when_the_laned_body_does_not_compile(monkeypatch):
     """A laned body numba rejects (here: one calling an undefined name) falls back, visibly."""
-    import eagle.lanes as lanes_mod
-    real = lanes_mod.lanes_function
-    monkeypatch.setattr(lanes_mod, "lanes_function",
+    import eagle.host_codegen as host_codegen
+    real = host_codegen.lanes_function
+    monkeypatch.setattr(host_codegen, "lanes_function",
                         lambda plugin, n: real(plugin, n).replace(":", ":\n    _eagle_no_such_name()", 1))
     p = eagle.deploy(kernel_of("branches"))
     e = HostEntry(p, lanes=8)

@@ -19,8 +19,7 @@ import pytest
 import eagle
 import eagle.exec as eexec
 from eagle import plan as eplan
-from eagle.partition import Partition, share
-from eagle.reduction import fold
+from eagle.rows import Partition, fold, share
 from tests import kernels as K
 from tests import launch
 
@@ -154,7 +153,7 @@ def test_refusals_on_every_rank_alike(size, tmp_path):
 
 
 def check_primitives(rank, size, rec):
-    """local() is eagle.partition's share; allgather_plane fills the plane in place; folds in rank order."""
+    """local() is eagle.rows' share; allgather_plane fills the plane in place; folds in rank order."""
     c = rec["cases"]
     s = share(90, rank, size)
     assert c["local"] == [7 + s.base, s.count, 101]
@@ -229,7 +228,7 @@ SWITCH_CASES = [("AUTO", False), ("ON", False), ("AUTO", True), ("ON", True), ("
 @pytest.mark.parametrize("mode,block", SWITCH_CASES)
 def test_switch(mode, block, tmp_path):
     env = launch.loopback_env({"EAGLE_PYTHON_MPI": mode})
-    for v in eagle._mpi.LAUNCHER_VARS:
+    for v in eagle.mpi.world.LAUNCHER_VARS:
         env.pop(v, None)
     cmd = [sys.executable, os.path.join(SCRIPTS, "switch.py"), str(tmp_path)] + (["--block-mpi4py"] if block else [])
     proc = subprocess.run(cmd, env=env, cwd=launch.ROOT, capture_output=True, text=True, timeout=180)

@@ -137,8 +137,8 @@ def test_module_constants_are_frozen_at_deploy(tmp_path, monkeypatch):
     assert same_bits(old_plan.run(x=x), x * 2.0 + 3 + 0.5)      # the old plugin keeps its value
     new = eagle.deploy(mod.scaled_by_k)
     assert new.key != old.key and new != old
-    assert new.host.module is not old.host.module
-    assert new.host.module.__name__ != old.host.module.__name__
+    assert eagle.host.host_entry(new).module is not eagle.host.host_entry(old).module
+    assert eagle.host.host_entry(new).module.__name__ != eagle.host.host_entry(old).module.__name__
     assert same_bits(eplan.plan(new, structure=eexec.HostTeam).run(x=x), x * 3.0 + 3 + 0.5)
     assert same_bits(old_plan.run(x=x), x * 2.0 + 3 + 0.5)
     # pickled, each keeps its own value
@@ -157,7 +157,7 @@ sys.path.insert(0, sys.argv[1])
 mod = importlib.import_module("cached_k_module")
 plugin = eagle.deploy(mod.scaled_by_k)
 y = eplan.plan(plugin, structure=eexec.HostTeam).run(x=np.linspace(-1.0, 1.0, 41))
-stats = plugin.host.tile.stats
+stats = eagle.host.host_entry(plugin).tile.stats
 print(json.dumps({"y": [v.hex() for v in y.tolist()], "key": plugin.key,
                   "hits": sum(stats.cache_hits.values()), "misses": sum(stats.cache_misses.values()),
                   "cache_path": stats.cache_path}))

@@ -181,10 +181,16 @@ def test_npartitions_and_partitions_together():
     ([(0, 5), (6, 4)], "a gap at sample 5"),
     ([(1, 9)], "a gap at sample 0"),
     ([(0, 5), (4, 6)], "an overlap at sample 4"),
+])
+def test_explicit_partitions_with_a_gap_or_an_overlap_are_refused_by_the_plan(parts, rule):
+    refused(ValueError, lambda: host(axpb, partitions=parts), "'axpb'", "contiguous", "[0, n)", rule)
+
+
+@pytest.mark.parametrize("parts, rule", [
     ([(0, 5), (5, 3)], "they end at 8"),
     ([(0, 6), (6, 6)], "they end at 12"),
 ])
-def test_explicit_partitions_with_a_gap_or_an_overlap(parts, rule, no_launch):
+def test_explicit_partitions_that_do_not_cover_the_planes(parts, rule, no_launch):
     x, y = np.arange(10.0), np.full(10, 4.0)
     p = host(axpb, partitions=parts)
     refused(ValueError, lambda: p.run(x=x, a=1.0, b=2.0, y=y), "'axpb'", "contiguous", "[0, 10)", rule,
@@ -412,3 +418,55 @@ def test_a_team_reports_the_first_failing_sample_in_sample_order(threads, team):
     for how in ({}, {"npartitions": 2}, {"partitions": [(0, 333), (333, 667)]}):
         with pytest.raises(ValueError, match=r"negative input \[kernel 'slow_picky', sample 100\]"):
             host(slow_picky, **how).run(x=x, work=work)
+
+
+# --- stateful randomness and clocks: refused at deploy ---------------------------------------------
+import random as _py_random  # noqa: E402
+import time as _time  # noqa: E402
+from numpy.random import default_rng as _default_rng  # noqa: E402
+
+
+@eagle.kernel
+def numpy_draw(i, x: In, y: Out):
+    y[i] = x[i] + np.random.random()
+
+
+@eagle.kernel
+def python_draw(i, x: In, y: Out):
+    y[i] = x[i] + _py_random.random()
+
+
+@eagle.kernel
+def clock(i, x: In, y: Out):
+    y[i] = x[i] + _time.time()
+
+
+@eagle.kernel
+def generator_made_inside(i, x: In, y: Out):
+    y[i] = x[i] + _default_rng(i).random()
+
+
+def _jitter(v):
+    return v + np.random.normal()
+
+
+@eagle.kernel
+def helper_draw(i, x: In, y: Out):
+    y[i] = _jitter(x[i])
+
+
+@pytest.mark.parametrize("kernel, what, where", [
+    (numpy_draw, "numpy.random", "np.random.random()"),
+    (python_draw, "random.random", "_py_random.random()"),
+    (clock, "time.time", "_time.time()"),
+    (generator_made_inside, "numpy.random", "_default_rng(i)"),
+])
+def test_stateful_randomness_and_clocks_are_refused_at_deploy(kernel, what, where):
+    msg = refused(ValueError, lambda: eagle.deploy(kernel), repr(kernel.name), what, "eagle.random",
+                  f"line {line_of(kernel, where)}")
+    assert "split" in msg
+
+
+def test_stateful_randomness_in_a_helper_is_refused_naming_the_helper():
+    refused(ValueError, lambda: eagle.deploy(helper_draw), "'helper_draw'", "helper '_jitter'", "numpy.random",
+            "eagle.random")

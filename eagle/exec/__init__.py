@@ -1,11 +1,10 @@
 """Execution structures: ``HostTeam``, ``DeviceKernel``, ``RankPartition`` (and
 ``eagle_dask.DaskPartition``), the placement table and the fixed-order fold."""
-from ..device import DeviceKernel
-from ..host import HostTeam
-from .._mpi import RankPartition
-from ..partition import Partition, split
-from ..reduction import fold
-from ..structure import Structure, check_placement
+from ..local import DeviceKernel, HostTeam
+from ..mpi.rank_partition import RankPartition
+from ..plan import check_placement
+from ..rows import Partition, fold, split
+from ..structure import Structure
 
 __all__ = ["Partition", "HostTeam", "DeviceKernel", "RankPartition", "Structure",
            "check_placement", "fold", "split"]

@@ -14,7 +14,7 @@ import numpy as np
 import eagle
 import eagle.exec as eexec
 from eagle import plan as eplan
-from eagle.partition import share
+from eagle.rows import share
 from tests import kernels as K
 
 import _record

@@ -9,7 +9,7 @@ import numpy as np
 import eagle
 import eagle.exec as eexec
 from eagle import plan as eplan
-from eagle.partition import Partition, share
+from eagle.rows import Partition, share
 from eagle.structure import Structure
 from tests import kernels as K
 

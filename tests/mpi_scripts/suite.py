@@ -12,7 +12,7 @@ if "--user-mpi" in sys.argv:
 import numpy as np
 
 import eagle
-import eagle._mpi as emp
+import eagle.mpi.world as emp
 import eagle.exec as eexec
 from eagle import plan as eplan
 from tests import kernels as K

@@ -20,7 +20,7 @@ import numpy as np
 import eagle
 import eagle.exec as eexec
 from eagle import plan as eplan
-from eagle.partition import Partition
+from eagle.rows import Partition
 from tests import kernels as K
 
 import _record

@@ -1,0 +1,149 @@
+"""Binding a run's arguments: every plane and Param checked against the kernel's roles.
+
+``bind`` refuses, by name, anything a run cannot use (a missing or unknown argument, a Param
+given an array, planes of different sample counts, an output of the wrong dtype, shape or
+layout, an output sharing memory with another plane) before anything is written, then
+allocates the outputs the caller did not give.  ``not_gatherable`` is the one wording of the
+rule that outputs crossing processes are float64.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .roles import OUTPUT_KINDS
+
+#: the dtype of outputs that cross processes (gathered from ranks or workers)
+GATHERED_DTYPE = np.dtype(np.float64)
+
+
+def not_gatherable(what: str, dtype, hint: str = "") -> ValueError:
+    """The refusal of a plane that would cross processes and is not float64 (``what`` ends with
+    its verb: "output plane 'y' of kernel 'k' is")."""
+    return ValueError(f"{what} {dtype}: outputs gathered from ranks or workers must be float64{hint}")
+
+
+_PARAM_TYPES = (bool, int, float, complex, np.generic)
+
+
+@dataclass
+class Bound:
+    """A run's validated arguments."""
+    n: int
+    values: dict                      # name -> plane or Param value (cells excluded)
+    outputs: list                     # Out/Mutable names, argument order
+    supplied: set = field(default_factory=set)
+
+
+def is_array(x) -> bool:
+    return isinstance(x, np.ndarray) or hasattr(x, "__cuda_array_interface__")
+
+
+def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=False) -> Bound:
+    """Check a run's arguments against the kernel's roles; allocate missing outputs.
+
+    Nothing is written before every check has passed.  ``gathered`` adds the rules of
+    structures whose outputs cross processes (float64, C-contiguous).
+    """
+    k = plugin.name
+    roles = plugin.roles
+    for name in planes:
+        if name not in roles:
+            raise TypeError(f"kernel {k!r} has no argument {name!r} (its arguments: "
+                            f"{', '.join(n for _, n in plugin.arg_spec)})")
+        if roles[name].kind == "Cell":
+            raise TypeError(f"{name!r} is a Cell of kernel {k!r}: a result over samples, not an input; "
+                            "do not pass it")
+    values, n_of = {}, {}
+    for role, name in plugin.arg_spec:
+        kind = role.kind
+        if kind == "Cell":
+            continue
+        given = name in planes
+        if kind == "Param":
+            if not given:
+                if name not in plugin.defaults:
+                    raise TypeError(f"kernel {k!r} is missing Param {name!r}")
+                values[name] = plugin.defaults[name]
+                continue
+            v = planes[name]
+            if isinstance(v, np.ndarray) and v.ndim == 0:
+                v = v[()]
+            if not isinstance(v, _PARAM_TYPES):
+                shape = getattr(v, "shape", None)
+                what = f"an array of shape {shape}" if shape is not None else f"a {type(v).__name__}"
+                raise TypeError(f"Param {name!r} of kernel {k!r} takes one number for all samples, "
+                                f"got {what}; pass per-sample values as an In plane")
+            values[name] = v
+            continue
+        if not given:
+            if kind != "Out":
+                raise TypeError(f"kernel {k!r} is missing plane {name!r} ({kind})")
+            continue                                    # an Out eagle allocates
+        v = planes[name]
+        if kind == "In" and not is_array(v):
+            v = as_array(v)
+        if not is_array(v):
+            raise TypeError(f"{kind} plane {name!r} of kernel {k!r} must be an array written in place, "
+                            f"not a {type(v).__name__}")
+        if v.ndim not in (1, 2):
+            raise ValueError(f"plane {name!r} of kernel {k!r} has {v.ndim} dimensions; a plane is (n,) "
+                             "or (n, w), samples first")
+        use = plugin.plane_uses.get(name)
+        if use is not None and use.index_dims == 2 and v.ndim != 2:
+            raise ValueError(f"plane {name!r} of kernel {k!r} is indexed as {name}[i, k] and must be "
+                             f"(n, w), but it has shape {tuple(v.shape)}")
+        if kind in OUTPUT_KINDS:
+            _check_output(k, name, role, v, gathered)
+        values[name] = v
+        n_of[name] = int(v.shape[0])
+    if len(set(n_of.values())) > 1:
+        desc = ", ".join(f"{nm!r} has {c}" for nm, c in n_of.items())
+        raise ValueError(f"planes of kernel {k!r} have different sample counts: {desc}")
+    if not n_of:
+        raise ValueError(f"kernel {k!r}: the number of samples comes from its planes, and none was "
+                         "given; pass an In plane or an output plane to write into")
+    n = next(iter(n_of.values()))
+    outputs = plugin.names(*OUTPUT_KINDS)
+    supplied = {name for name in outputs if name in planes}
+    _check_aliasing(k, values, outputs)
+    for role, name in plugin.arg_spec:
+        if role.kind == "Out" and name not in supplied:
+            shape = (n,) if role.width is None else (n, role.width)
+            values[name] = alloc(shape, dtype=role.out_dtype)
+    return Bound(n=n, values=values, outputs=outputs, supplied=supplied)
+
+
+def _check_output(k, name, role, v, gathered):
+    if role.kind == "Out":
+        want = role.out_dtype
+        if v.dtype != want:
+            raise TypeError(f"output plane {name!r} of kernel {k!r} is {v.dtype}, but the kernel declares "
+                            f"it {want} ({'Out[...]' if role.dtype is not None else 'Out is float64 unless declared'})")
+        if role.width is not None and (v.ndim != 2 or v.shape[1] != role.width):
+            raise ValueError(f"output plane {name!r} of kernel {k!r} is declared Out[{role.width}] and must be "
+                             f"(n, {role.width}), but it has shape {tuple(v.shape)}")
+        if role.width is None and v.ndim != 1:
+            raise ValueError(f"output plane {name!r} of kernel {k!r} is declared Out (one value per sample) and "
+                             f"must be (n,), but it has shape {tuple(v.shape)}; declare Out[w] for vectors")
+    if gathered and v.dtype != GATHERED_DTYPE:
+        raise not_gatherable(f"output plane {name!r} of kernel {k!r} is", v.dtype)
+    flags = getattr(v, "flags", None)
+    if flags is not None:
+        if not flags["C_CONTIGUOUS"]:
+            raise ValueError(f"output plane {name!r} of kernel {k!r} is not C-contiguous; eagle writes "
+                             "outputs in place: pass np.ascontiguousarray(...) and use the result")
+        if not flags["WRITEABLE"]:
+            raise ValueError(f"output plane {name!r} of kernel {k!r} is read-only; eagle writes outputs in place")
+
+
+def _check_aliasing(k, values, outputs):
+    hosts = {nm: v for nm, v in values.items() if isinstance(v, np.ndarray)}
+    for o in outputs:
+        if o not in hosts:
+            continue
+        for nm, v in hosts.items():
+            if nm != o and np.may_share_memory(hosts[o], v):
+                raise ValueError(f"output plane {o!r} of kernel {k!r} shares memory with plane {nm!r}; "
+                                 "samples would read values other samples already wrote: pass a copy")

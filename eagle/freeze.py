@@ -1,0 +1,171 @@
+"""Freezing a kernel's globals at deploy: what the body's free names mean, as manifest entries.
+
+Numbers are frozen as constants (their exact value, as data); modules and compiled functions
+become imports; a helper that cannot be imported (defined in ``__main__`` or a notebook, or a
+plain Python function) is compiled from its own source with the kernel, its own globals frozen
+the same way.  Stateful randomness and clocks (Python's ``random``, ``numpy.random``, ``time``)
+are refused: a draw would depend on which thread, rank or worker ran the sample before.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import textwrap
+import types
+
+import numpy as np
+
+from .kernel import Kernel
+
+#: helper functions compiled from source may call others this deep
+MAX_HELPER_DEPTH = 8
+#: modules whose functions keep hidden state between calls: refused in a kernel
+STATEFUL = ("random", "numpy.random", "time", "secrets")
+
+NUMBER_TYPES = (bool, int, float, complex, np.bool_, np.integer, np.floating, np.complexfloating)
+
+
+
+
+
+def _free_names(fdef: ast.FunctionDef):
+    """Names the body loads that it does not bind itself, in order of first use."""
+    bound = {a.arg for a in fdef.args.args + fdef.args.posonlyargs}
+    body = [node for stmt in fdef.body for node in ast.walk(stmt)]   # annotations are not the body's
+    for node in body:
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.Lambda)) and node is not fdef:
+            if isinstance(node, ast.FunctionDef):
+                bound.add(node.name)
+            bound.update(a.arg for a in node.args.args)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    seen = []
+    for node in body:
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in bound:
+            if node.id not in seen:
+                seen.append(node.id)
+    return seen
+
+
+def _freeze_value(kname, name, value, depth=0):
+    """One global of the body as a manifest entry, or a refusal naming it."""
+    if isinstance(value, NUMBER_TYPES):
+        t = type(value)
+        tname = t.__name__ if t in (bool, int, float, complex) else np.dtype(t).name
+        v = value.item() if isinstance(value, np.generic) else value
+        if isinstance(v, float):
+            text = v.hex()
+        elif isinstance(v, complex):
+            text = [v.real.hex(), v.imag.hex()]
+        else:
+            text = repr(v)
+        return {"name": name, "kind": "const", "type": tname, "value": text}
+    if isinstance(value, types.ModuleType):
+        return {"name": name, "kind": "module", "module": value.__name__}
+    if isinstance(value, np.ndarray):
+        raise ValueError(f"kernel {kname!r} reads the module-level array {name!r}; arrays are not frozen "
+                         f"into a kernel: pass it as a plane (an In argument) instead")
+    if isinstance(value, Kernel):
+        raise ValueError(f"kernel {kname!r} calls the kernel {name!r}; a kernel is launched by eagle, "
+                         "not called from another one: use a @numba.njit helper")
+    if isinstance(value, np.ufunc):
+        return {"name": name, "kind": "import", "module": "numpy", "attr": value.__name__}
+    py = getattr(value, "py_func", None)            # a numba dispatcher
+    mod = getattr(py if py is not None else value, "__module__", None)
+    attr = getattr(py if py is not None else value, "__name__", None)
+    if callable(value) and mod and attr:
+        builtin = py is None and (isinstance(value, types.BuiltinFunctionType) or mod in ("math", "cmath")
+                                  or hasattr(value, "_numba_type_") or mod.startswith(("numpy", "numba")))
+        importable = not (mod == "__main__" or mod.startswith("__"))
+        if builtin or (py is not None and importable):
+            return {"name": name, "kind": "import", "module": mod, "attr": attr}
+        if isinstance(value, types.FunctionType) or py is not None:
+            return _function_entry(kname, name, py if py is not None else value, depth)
+    raise ValueError(f"kernel {kname!r} reads the module-level name {name!r} of type "
+                     f"{type(value).__name__}; a kernel may use numbers (frozen at deploy), modules "
+                     "and functions -- pass anything else as a plane or a Param")
+
+
+def _function_entry(kname, name, fn, depth):
+    """A helper the kernel calls, compiled from its source with the kernel (a function defined in
+    ``__main__`` or a notebook cannot be imported on a worker; a plain Python function is not
+    compiled yet).  Its own globals are frozen the same way."""
+    if depth > MAX_HELPER_DEPTH:
+        raise ValueError(f"kernel {kname!r}: helper functions nest more than {MAX_HELPER_DEPTH} deep "
+                         f"(at {name!r})")
+    try:
+        src = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        raise ValueError(f"kernel {kname!r} calls {name!r}, whose source cannot be read; define it in a "
+                         "file, a script or a notebook cell") from None
+    fdef = ast.parse(src).body[0]
+    if not isinstance(fdef, ast.FunctionDef) or fn.__name__ == "<lambda>":
+        raise ValueError(f"kernel {kname!r} calls {name!r}, which is not a plain function (def ...)")
+    fdef.decorator_list = []
+    fdef.name = name
+    nested = _freeze_names(kname, fdef, fn, depth + 1)
+    return {"name": name, "kind": "function", "source": ast.unparse(fdef), "frozen": nested}
+
+
+def _freeze_names(kname, fdef, fn, depth=0) -> list:
+    """Resolve a function's free names: numbers frozen, modules imported, helpers compiled."""
+    closure = {}
+    if fn.__closure__:
+        for var, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+            try:
+                closure[var] = cell.cell_contents
+            except ValueError:
+                pass
+    frozen = []
+    for name in _free_names(fdef):
+        if name in closure:
+            value = closure[name]
+        elif name in fn.__globals__:
+            value = fn.__globals__[name]
+        elif hasattr(builtins, name):
+            continue
+        else:
+            where = "the kernel" if depth == 0 else f"helper {fdef.name!r}"
+            raise NameError(f"kernel {kname!r} uses {name!r}, which is not defined where {where} is")
+        frozen.append(_freeze_value(kname, name, value, depth))
+    return frozen
+
+
+def _stateful(module: str | None) -> bool:
+    return bool(module) and any(module == m or module.startswith(m + ".") for m in STATEFUL)
+
+
+def _refuse_stateful(kname, fdef, frozen, where):
+    """Refuse a use of Python's ``random``, ``numpy.random`` or ``time`` in ``fdef`` (the kernel or
+    a helper compiled with it), naming the line and pointing to ``eagle.random``."""
+    modules = {g["name"]: g["module"] for g in frozen if g["kind"] == "module"}
+    direct = {g["name"]: f"{g['module']}.{g.get('attr', '')}".rstrip(".") for g in frozen
+              if g["kind"] in ("module", "import") and _stateful(g["module"])}
+    for node in ast.walk(fdef):
+        what = None
+        if isinstance(node, ast.Name) and node.id in direct:
+            what = direct[node.id]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            full = f"{modules[node.value.id]}.{node.attr}"
+            if _stateful(full):
+                what = full
+        if what is not None:
+            raise ValueError(f"kernel {kname!r}, {where(node)}: uses {what}, whose results depend on what ran "
+                             "before (which thread, rank or worker, and in what order), so the bits would "
+                             "change with the split; draw with eagle.random (uniform, normal, ... of (seed, "
+                             "sample, counter)) instead")
+    for g in frozen:
+        if g["kind"] == "function":
+            helper = ast.parse(g["source"]).body[0]
+            _refuse_stateful(kname, helper, g["frozen"], lambda n, h=g["name"]: f"helper {h!r}")
+
+
+def freeze_globals(k: Kernel, fdef) -> list:
+    """Resolve the body's free names at deploy: numbers frozen, modules and functions imported,
+    helpers that cannot be imported compiled from their source; stateful randomness refused."""
+    frozen = _freeze_names(k.name, fdef, k.fn)
+    _refuse_stateful(k.name, fdef, frozen, lambda n: f"line {k.first_line + n.lineno - 1}")
+    return frozen

@@ -1,0 +1,135 @@
+"""MPI's switch and lifecycle: whether eagle uses MPI, and MPI initialised only when needed.
+
+The switch ``EAGLE_PYTHON_MPI`` decides whether MPI is used:
+
+* ``AUTO`` (the default): use mpi4py when it can be imported;
+* ``ON``: require it -- without mpi4py every call, ``RankPartition.available`` included, raises;
+* ``OFF``: never use it.
+
+Without MPI, ``RankPartition.available`` is False and every other call raises ``RuntimeError``
+naming the switch and ``pip install 'eagle[mpi]'`` (``require``).
+
+**Importing eagle never initialises MPI** (Dask workers and spawned processes re-import the
+user's script and inherit the launcher's environment).  MPI is initialised on first need
+(``comm``), with ``mpi4py.rc.initialize = rc.finalize = False`` and ``MPI.Init_thread``, and
+finalised at exit only when eagle started it.  A process is taken to be an MPI rank when MPI is
+already initialised (by the user or mpi4py) or one of :data:`LAUNCHER_VARS` is set
+(mpich/hydra/gforker, Intel MPI, Open MPI, PMIx, MVAPICH); only then is MPI initialised.
+"""
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import os
+import sys
+
+SWITCH = "EAGLE_PYTHON_MPI"
+MODES = ("AUTO", "ON", "OFF")
+INSTALL = "pip install 'eagle[mpi]'"
+
+#: environment variables a launcher sets in each rank; one of them marks this process as a rank
+LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                 "MV2_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
+
+_STATE = {"found": None, "started": False, "hook": False}
+
+
+# -- the switch ----------------------------------------------------------------------------------
+def mode() -> str:
+    """``EAGLE_PYTHON_MPI`` as one of AUTO, ON, OFF."""
+    raw = os.environ.get(SWITCH, "")
+    value = raw.strip().upper() or "AUTO"
+    if value not in MODES:
+        raise ValueError(f"{SWITCH}={raw!r}: the switch is one of {', '.join(MODES)}")
+    return value
+
+
+def _mpi4py_found() -> bool:
+    if _STATE["found"] is None:
+        try:
+            import mpi4py  # noqa: F401 - the package alone never initialises MPI
+            _STATE["found"] = importlib.util.find_spec("mpi4py.MPI") is not None
+        except ImportError:
+            _STATE["found"] = False
+    return _STATE["found"]
+
+
+def available() -> bool:
+    """Whether RankPartition can run (see the switch); raises under ``ON`` without mpi4py."""
+    m = mode()
+    if m == "OFF":
+        return False
+    if not _mpi4py_found():
+        if m == "ON":
+            raise RuntimeError(f"{SWITCH}=ON requires mpi4py, which cannot be imported: {INSTALL} "
+                               f"(or set {SWITCH}=AUTO / OFF)")
+        return False
+    return True
+
+
+def require(what: str):
+    """Raise the ``RuntimeError`` every call gives without MPI."""
+    if available():
+        return
+    if mode() == "OFF":
+        why = f"MPI is switched off ({SWITCH}=OFF); unset it or set {SWITCH}=AUTO"
+    else:
+        why = f"mpi4py is not installed: {INSTALL} (and see {SWITCH})"
+    raise RuntimeError(f"{what} needs MPI: {why}")
+
+
+# -- lazy initialisation -------------------------------------------------------------------------
+def launched() -> bool:
+    """Whether a launcher (mpiexec, mpirun, srun) started this process, from its environment."""
+    return any(v in os.environ for v in LAUNCHER_VARS)
+
+
+def mpi_module():
+    """The mpi4py.MPI module, imported without initialising MPI."""
+    mod = sys.modules.get("mpi4py.MPI")
+    if mod is None:
+        import mpi4py
+        mpi4py.rc.initialize = False          # eagle initialises when (and only if) it needs to
+        mpi4py.rc.finalize = False
+        from mpi4py import MPI as mod
+    return mod
+
+
+def comm():
+    """COMM_WORLD when this process is an MPI rank (initialising MPI if needed), else None."""
+    MPI = mpi_module() if ("mpi4py.MPI" in sys.modules or launched()) else None
+    if MPI is None:
+        return None
+    if MPI.Is_finalized():
+        raise RuntimeError("MPI was already finalised in this process; RankPartition cannot run")
+    if not MPI.Is_initialized():
+        if not launched():
+            return None
+        MPI.Init_thread(MPI.THREAD_MULTIPLE)
+        _STATE["started"] = True
+        atexit.register(_finalize)
+        _install_abort_hook(MPI)
+    return MPI.COMM_WORLD
+
+
+def _finalize():
+    MPI = sys.modules.get("mpi4py.MPI")
+    if _STATE["started"] and MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
+        MPI.Finalize()
+
+
+def _install_abort_hook(MPI):
+    """An exception that escapes on one rank only aborts the job instead of leaving the others
+    waiting in a collective.  Errors eagle raised on every rank alike end normally."""
+    if _STATE["hook"] or MPI.COMM_WORLD.Get_size() == 1 or sys.excepthook is not sys.__excepthook__:
+        return
+    _STATE["hook"] = True
+
+    def hook(kind, exc, tb):
+        sys.__excepthook__(kind, exc, tb)
+        if not getattr(exc, "eagle_all_ranks", False) and MPI.Is_initialized() and not MPI.Is_finalized():
+            sys.stderr.flush()
+            sys.stdout.flush()
+            MPI.COMM_WORLD.Abort(1)
+
+    sys.excepthook = hook
