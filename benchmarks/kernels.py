@@ -3,7 +3,7 @@
 Four kernels, one per kind of work:
 
 * ``stream``     -- ``y = a*x + b``: memory-bound, one read and one write per sample;
-* ``oscillator`` -- a leapfrog oscillator, ``steps`` steps per sample, with an energy cell:
+* ``oscillator`` -- an explicit-Euler oscillator, ``steps`` steps per sample, with an energy cell:
   compute-bound, and a reduction over samples;
 * ``stencil``    -- a 5-point average reading neighbours (``cross_sample_read``);
 * ``mapreduce``  -- cells only: a sum and a max over samples.

@@ -1,8 +1,11 @@
 """Ready-made kernels: the ones the demo, the examples, the benchmarks and the GPU check share.
 
 * ``oscillator`` -- one harmonic oscillator per sample, integrated ``steps`` times with
-  symplectic Euler (``x += dt*v; v -= dt*w*w*x``, both from the old values), its final energy
-  summed over samples in a cell: compute-bound, one long dependency chain per sample;
+  explicit (forward) Euler (``x += dt*v; v -= dt*w*w*x``, both from the old values), its final
+  energy summed over samples in a cell: compute-bound, one long dependency chain per sample.
+  Explicit Euler is not symplectic: each step multiplies the energy by ``1 + dt*dt*w*w``
+  exactly, so it grows as ``(1 + dt**2 * w**2) ** steps`` (0.4 % for ``dt = 1e-3``, ``w = 2``,
+  1000 steps) -- a benchmark and a bit-identity check, not a long-time integrator;
 * ``axpb`` -- ``y = a*x + b``: memory-bound streaming;
 * ``stencil`` -- a 5-point average of neighbouring samples, edges clamped: reads other samples'
   inputs (``cross_sample_read``).

@@ -1,6 +1,6 @@
 """The main job: a real kernel over a million samples on the embedded cluster, checked bit for bit.
 
-The kernel integrates one harmonic oscillator per sample (symplectic Euler) and sums the
+The kernel integrates one harmonic oscillator per sample (explicit Euler, ``eagle.models.oscillator``) and sums the
 final energies in a cell.  The same plan runs once in this process (``HostTeam``) and once
 across the cluster's workers (``DaskPartition``); the outputs and the cell must have the same
 bits.
