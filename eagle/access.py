@@ -37,7 +37,6 @@ class PlaneUse:
     index_dims: int = 0          # the most subscripts seen with i first (2 means plane[i, k])
     reads_other: bool = False
     writes_other: bool = False
-    written: bool = False
 
 
 @dataclass
@@ -121,10 +120,8 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
                 if not own:
                     use.reads_other = True
             else:
-                if store:
-                    use.written = True
-                    if not own:
-                        use.writes_other = True
+                if store and not own:
+                    use.writes_other = True
                 elif not own:
                     refuse(node, f"reads another sample's {kind} plane {name!r}: a race between "
                                  f"samples; read only {name}[{idx}], or pass the values as an In plane")
@@ -138,7 +135,6 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
             use.reads_other = True
         else:
             use.writes_other = True
-            use.written = True
 
     writes_other = any(u.writes_other for u in uses.values())
     reads_other = any(u.reads_other for u in uses.values())

@@ -54,9 +54,7 @@ class Plugin:
         self.defaults = dict(manifest.get("defaults", {}))
         self.frozen = manifest["frozen"]
         self.fma = manifest.get("fma", False)
-        fdef = ast.parse(source).body[0]
-        self._fdef = fdef
-        info = analyse(fdef, self.index_name, self.roles, self.name, manifest.get("first_line", 1),
+        info = analyse(ast.parse(source).body[0], self.index_name, self.roles, self.name, manifest.get("first_line", 1),
                        manifest.get("declared_access"))
         self.exec_access = info.access
         self.reads_other_samples = info.reads_other_samples

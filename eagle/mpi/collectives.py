@@ -47,7 +47,8 @@ def check_gathered(plane, name="plane"):
         raise ValueError(f"plane {name!r} is read-only: planes are gathered in place")
 
 
-def gather_plane(world_comm, plane, partition, rows, name):
+def gather_plane(world_comm, plane, partition, rows):
+    """Fill ``plane[partition]`` in place from every rank's share of it."""
     parts = shares(partition, world_comm.Get_size(), rows)
     width = int(np.prod(plane.shape[1:], dtype=np.int64))
     buf = plane[partition.base:partition.stop].reshape(-1)

@@ -54,7 +54,7 @@ class _RankPartition(Structure):
                              f"ends at {partition.stop}")
         c = comm()
         if c is not None and c.Get_size() > 1:
-            gather_plane(c, plane, partition, rows, name)
+            gather_plane(c, plane, partition, rows)
         return plane
 
     def allgather_fold(self, op, partial):
@@ -97,7 +97,7 @@ class _RankPartition(Structure):
         if c is None:
             return got
         for name in bound.outputs:
-            gather_plane(c, bound.values[name], Partition(0, n, n), rows, name)
+            gather_plane(c, bound.values[name], Partition(0, n, n), rows)
         counts = [row_span(p.base, p.stop)[1] - row_span(p.base, p.stop)[0] for p in parts]
         return {cell: gather_rows(c, got[cell], counts) for cell in plugin.cells}
 
