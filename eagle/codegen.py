@@ -26,6 +26,7 @@ import numba
 import numpy as np
 
 from . import __version__
+from .freeze import const_value
 from .rows import scratch_name
 
 PO, CO = "_eagle_po", "_eagle_co"
@@ -105,15 +106,20 @@ def _global_line(g) -> str:
         return f"import {g['module']} as {name}"
     if g["kind"] == "import":
         return f"from {g['module']} import {g['attr']} as {name}"
-    t, v = g["type"], g["value"]
-    if t == "float":
-        return f"{name} = float.fromhex({v!r})"
-    if t == "complex":
-        return f"{name} = complex(float.fromhex({v[0]!r}), float.fromhex({v[1]!r}))"
-    if t in ("int", "bool"):
-        return f"{name} = {v}"
-    conv = f"float.fromhex({v!r})" if t.startswith("float") else v
-    return f"{name} = _eagle_np.{t}({conv})"
+    value = const_value(g)                      # parsed as data: never pasted as text
+    t = g["type"]
+    if isinstance(value, (bool, int)) and t in ("bool", "int"):
+        return f"{name} = {value!r}"
+    if isinstance(value, float) and t == "float":
+        return f"{name} = float.fromhex({value.hex()!r})"
+    if isinstance(value, complex):
+        return f"{name} = complex(float.fromhex({value.real.hex()!r}), float.fromhex({value.imag.hex()!r}))"
+    if value.dtype.kind == "c":
+        return (f"{name} = _eagle_np.{value.dtype.name}(complex(float.fromhex({float(value.real).hex()!r}), "
+                f"float.fromhex({float(value.imag).hex()!r})))")
+    if value.dtype.kind == "f":
+        return f"{name} = _eagle_np.{value.dtype.name}(float.fromhex({float(value).hex()!r}))"
+    return f"{name} = _eagle_np.{value.dtype.name}({int(value)!r})"
 
 
 def jit_options(plugin) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import keyword
 import textwrap
 import types
 
@@ -169,3 +170,75 @@ def freeze_globals(k: Kernel, fdef) -> list:
     frozen = _freeze_names(k.name, fdef, k.fn)
     _refuse_stateful(k.name, fdef, frozen, lambda n: f"line {k.first_line + n.lineno - 1}")
     return frozen
+
+
+# -- frozen entries read back as data (from a manifest that may have been edited) ----------------
+_SCALAR_KINDS = "biufc"
+
+
+def _identifier(text, what, dotted=False):
+    parts = text.split(".") if (dotted and isinstance(text, str)) else [text]
+    if not all(isinstance(p, str) and p.isidentifier() and not keyword.iskeyword(p) for p in parts):
+        raise ValueError(f"frozen global: {what} {text!r} is not a Python {'dotted name' if dotted else 'name'}")
+    return text
+
+
+def _float(text, name):
+    if not isinstance(text, str):
+        raise ValueError(f"frozen constant {name!r}: a float is stored as its exact hex text, not {text!r}")
+    try:
+        return float.fromhex(text)
+    except (ValueError, OverflowError):
+        raise ValueError(f"frozen constant {name!r}: {text!r} is not a float in hex") from None
+
+
+def const_value(g):
+    """The Python value of a frozen constant entry, parsed as data (never evaluated)."""
+    name, t, v = g["name"], g.get("type"), g.get("value")
+    if t == "float":
+        return _float(v, name)
+    if t == "complex" or (isinstance(t, str) and t.startswith("complex")):
+        if not (isinstance(v, list) and len(v) == 2):
+            raise ValueError(f"frozen constant {name!r}: a complex is stored as [real, imag] hex texts")
+        z = complex(_float(v[0], name), _float(v[1], name))
+        if t == "complex":
+            return z
+    if t == "bool":
+        if v not in ("True", "False"):
+            raise ValueError(f"frozen constant {name!r}: {v!r} is not True or False")
+        return v == "True"
+    try:
+        dtype = np.dtype(t) if t != "int" else None
+    except TypeError:
+        raise ValueError(f"frozen constant {name!r}: unknown type {t!r}") from None
+    if dtype is not None and (dtype.name != t or dtype.kind not in _SCALAR_KINDS):
+        raise ValueError(f"frozen constant {name!r}: unknown type {t!r}")
+    if dtype is not None and dtype.kind == "c":
+        return dtype.type(z)
+    if t == "int" or dtype.kind in "biu":
+        if not (isinstance(v, str) and v.lstrip("-").isdigit()):
+            raise ValueError(f"frozen constant {name!r}: {v!r} is not an integer")
+        value = int(v)
+        if dtype is not None and dtype.kind == "b":
+            return dtype.type(bool(value))
+        return value if dtype is None else dtype.type(value)
+    if dtype.kind == "f":
+        return dtype.type(_float(v, name))
+    raise ValueError(f"frozen constant {name!r}: unknown type {t!r}")
+
+
+def check_entry(g):
+    """Refuse a frozen entry whose names or values are not what deploy writes."""
+    _identifier(g.get("name"), "name")
+    kind = g.get("kind")
+    if kind in ("module", "import"):
+        _identifier(g.get("module"), "module", dotted=True)
+        if kind == "import":
+            _identifier(g.get("attr"), "attribute")
+    elif kind == "const":
+        const_value(g)
+    elif kind == "function":
+        for nested in g.get("frozen", []):
+            check_entry(nested)
+    else:
+        raise ValueError(f"frozen global {g.get('name')!r}: unknown kind {kind!r}")

@@ -4,6 +4,11 @@ A plugin holds everything needed to run the kernel anywhere: its source, the rol
 arguments, its access class, and the module-level names its body uses (numbers frozen as
 constants, modules and compiled functions as imports).  It pickles by value (it can travel to
 Dask workers) and saves as an artifact: ``plugin.save(dir)`` / ``eagle.load(dir)``.
+
+Integrity: the manifest carries a SHA-256 of every other field (``integrity``), and the source
+its own (``source_hash``).  Every plugin checks them when it is built -- at load, when it is
+unpickled on a worker -- and refuses, naming the field, a manifest edited after deploy; the
+roles and the frozen constants are then read back as data (``eagle.freeze.check_entry``).
 """
 from __future__ import annotations
 
@@ -17,12 +22,13 @@ import numpy as np
 from . import __version__
 from .access import analyse
 from .codegen import globals_source
-from .freeze import NUMBER_TYPES, freeze_globals
+from .freeze import NUMBER_TYPES, check_entry, freeze_globals
 from .host import host_entry
 from .kernel import Kernel, kernel as _as_kernel
-from .roles import OUTPUT_KINDS, Role
+from .roles import OUTPUT_KINDS, Cell, In, Mutable, Out, Param
 
-SCHEMA = 1
+SCHEMA = 2
+INTEGRITY = "integrity"
 MANIFEST = "manifest.json"
 SOURCE = "kernel.py"
 
@@ -32,11 +38,47 @@ def _role_to_json(role, name):
 
 
 def _role_from_json(d):
-    return d["name"], Role(d["kind"], d["width"], np.dtype(d["dtype"]) if d["dtype"] else None, d["op"])
+    """A role read back through the roles' own checks (``Out[w, dtype]``, ``Cell[op]``)."""
+    base = {"In": In, "Out": Out, "Mutable": Mutable, "Param": Param, "Cell": Cell}.get(d["kind"])
+    if base is None:
+        raise ValueError(f"argument {d['name']!r} has no role {d['kind']!r}")
+    if d["kind"] == "Cell":
+        return d["name"], base[d["op"]]
+    sub = tuple(v for v in (d["width"], d["dtype"]) if v is not None)
+    if sub and d["kind"] != "Out":
+        raise ValueError(f"argument {d['name']!r}: {d['kind']} takes no width or dtype")
+    return d["name"], (base[sub] if sub else base)
 
 
 def _sha(text):
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def field_hashes(manifest: dict) -> dict:
+    """SHA-256 of each manifest field but ``integrity`` itself, as canonical JSON."""
+    return {k: _sha(json.dumps(v, sort_keys=True)) for k, v in manifest.items() if k != INTEGRITY}
+
+
+def verify(manifest: dict, source: str):
+    """Refuse, naming the field, a manifest or a source that does not match its hashes."""
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+        got = manifest.get("schema") if isinstance(manifest, dict) else None
+        raise ValueError(f"manifest schema version {got!r}, this eagle reads schema version {SCHEMA}")
+    want = manifest.get(INTEGRITY)
+    if not isinstance(want, dict):
+        raise ValueError("the manifest has no integrity hashes")
+    have = field_hashes(manifest)
+    for field in sorted(set(want) | set(have)):
+        if field not in have:
+            raise ValueError(f"manifest field {field!r} is missing (edited after deploy?)")
+        if want.get(field) != have[field]:
+            what = "was added" if field not in want else "does not match its integrity hash"
+            raise ValueError(f"manifest field {field!r} {what} (edited after deploy?)")
+    if _sha(source) != manifest.get("source_hash"):
+        raise ValueError(f"the source of kernel {manifest.get('name')!r} does not match the source_hash in its "
+                         "manifest (edited after it was saved?)")
+    for g in manifest["frozen"]:
+        check_entry(g)
 
 
 class Plugin:
@@ -45,6 +87,11 @@ class Plugin:
     scalar_type = "float64"
 
     def __init__(self, manifest: dict, source: str):
+        try:
+            verify(manifest, source)
+        except (ValueError, TypeError, KeyError) as e:
+            name = manifest.get("name") if isinstance(manifest, dict) else None
+            raise ValueError(f"plugin {name!r}: {e}") from None
         self.manifest = manifest
         self.source = source
         self.name = manifest["name"]
@@ -146,6 +193,7 @@ def deploy(k) -> Plugin:
         "first_line": k.first_line,
         "eagle_version": __version__,
     }
+    manifest[INTEGRITY] = field_hashes(manifest)
     plugin = Plugin(manifest, k.source)
     globals_source(plugin)          # a name meaning two things in the kernel and a helper: refused now
     return plugin
@@ -162,12 +210,12 @@ def load(path) -> Plugin:
             source = f.read()
     except FileNotFoundError as e:
         raise FileNotFoundError(f"{path!r} is not an eagle plugin artifact: {e.filename} is missing") from None
-    if manifest.get("schema") != SCHEMA:
-        raise ValueError(f"plugin artifact {path!r}: manifest schema version {manifest.get('schema')!r}, "
-                         f"this eagle reads schema version {SCHEMA}")
-    if _sha(source) != manifest.get("source_hash"):
-        raise ValueError(f"plugin artifact {path!r}: the source of kernel {manifest.get('name')!r} does not "
-                         "match the source_hash in its manifest (edited after it was saved?)")
+    except json.JSONDecodeError as e:
+        raise ValueError(f"plugin artifact {path!r}: {MANIFEST} is not JSON ({e})") from None
+    try:
+        verify(manifest, source)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"plugin artifact {path!r}: {e}") from None
     plugin = Plugin(manifest, source)
     for key in ("access", "op"):
         derived = plugin.exec_access if key == "access" else plugin.exec_op

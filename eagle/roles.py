@@ -40,8 +40,13 @@ class Role:
             if isinstance(it, (int, np.integer)) and not isinstance(it, bool):
                 if it < 1:
                     raise ValueError(f"Out[{it}]: a vector output's width must be at least 1")
+                if width is not None:
+                    raise TypeError(f"Out[{', '.join(map(repr, items))}]: one width at most (a plane is (n,) "
+                                    "or (n, w)); Out[w] or Out[w, dtype]")
                 width = int(it)
             else:
+                if dtype is not None:
+                    raise TypeError(f"Out[{', '.join(map(repr, items))}]: one dtype at most")
                 try:
                     dtype = np.dtype(it)
                 except TypeError:
