@@ -14,6 +14,7 @@ import numpy as np
 
 from .roles import OUTPUT_KINDS
 
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
 #: the dtype of outputs that cross processes (gathered from ranks or workers)
 GATHERED_DTYPE = np.dtype(np.float64)
 
@@ -38,6 +39,17 @@ class Bound:
 
 def is_array(x) -> bool:
     return isinstance(x, np.ndarray) or hasattr(x, "__cuda_array_interface__")
+
+
+def _param_value(kernel, name, v):
+    """A Param as compiled code takes it: a Python int past int64 but within uint64 as np.uint64
+    (a seed up to 2**64 - 1); beyond both, a refusal."""
+    if isinstance(v, int) and not isinstance(v, bool) and not _INT64[0] <= v <= _INT64[1]:
+        if 0 <= v < 2 ** 64:
+            return np.uint64(v)
+        raise OverflowError(f"Param {name!r} of kernel {kernel!r} is {v}: an integer Param fits in int64 or, "
+                            "if not negative, uint64 (up to 2**64 - 1)")
+    return v
 
 
 def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=False) -> Bound:
@@ -75,7 +87,7 @@ def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=
                 what = f"an array of shape {shape}" if shape is not None else f"a {type(v).__name__}"
                 raise TypeError(f"Param {name!r} of kernel {k!r} takes one number for all samples, "
                                 f"got {what}; pass per-sample values as an In plane")
-            values[name] = v
+            values[name] = _param_value(k, name, v)
             continue
         if not given:
             if kind != "Out":

@@ -5,12 +5,12 @@ validates the placement when the plan is made and every argument before anything
 the structure, and returns the single output plane, or a dict by name when there are several
 (cells as numpy float64 scalars).
 
-The placement table (``check_placement``):
+The placement table (``check_placement``)::
 
-| access                                         | HostTeam / DeviceKernel | RankPartition / DaskPartition |
-|------------------------------------------------|-------------------------|-------------------------------|
-| sample_local, cross_sample_read, mapreduce     | any partition count     | legal                         |
-| cross_sample_write                             | one partition only      | refused at every world size   |
+    | access                                         | HostTeam / DeviceKernel | RankPartition / DaskPartition |
+    |------------------------------------------------|-------------------------|-------------------------------|
+    | sample_local, cross_sample_read, mapreduce     | any partition count     | legal                         |
+    | cross_sample_write                             | one partition only      | refused at every world size   |
 """
 from __future__ import annotations
 
