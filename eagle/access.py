@@ -44,6 +44,22 @@ class Access:
     access: str
     reads_other_samples: bool
     planes: dict = field(default_factory=dict)   # name -> PlaneUse
+    range_params: set = field(default_factory=set)   # Params passed straight to range(...)
+
+
+#: constructs a kernel body may not use, and why (each refused by name at deploy)
+UNSUPPORTED = (
+    ((ast.Yield, ast.YieldFrom), "yield", "a kernel runs once per sample and returns nothing; a yield would "
+     "make it a generator whose body never runs"),
+    ((ast.Await, ast.AsyncFor, ast.AsyncWith), "async code", "a kernel body is compiled, not awaited"),
+    ((ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef), "a nested function or class",
+     "define a helper at module level (a def) and call it"),
+    ((ast.Try, getattr(ast, "TryStar", ast.Try)), "try/except", "compiled kernels catch no exceptions (and the "
+     "device has none): test the values with if, and raise to stop the run"),
+    ((ast.With,), "with", "a kernel body has no context managers"),
+    ((ast.Global, ast.Nonlocal), "global/nonlocal", "a kernel writes only its planes and cells"),
+    ((ast.Import, ast.ImportFrom), "import", "import at module level; the kernel uses the module's names"),
+)
 
 
 def _is_own(index, idx):
@@ -65,6 +81,11 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
     def refuse(node, msg):
         raise ValueError(f"kernel {kname!r}, {where(node)}: {msg}")
 
+    for node in ast.walk(fdef):
+        for types, what, why in UNSUPPORTED:
+            if node is not fdef and isinstance(node, types):
+                refuse(node, f"the body uses {what}, which a kernel does not support: {why}")
+    range_params = _range_arguments(fdef, roles, lambda node, msg: f"kernel {kname!r}, {where(node)}: {msg}")
     uses = {name: PlaneUse() for name, r in roles.items() if r.kind in PLANE_KINDS}
     cells = {name for name, r in roles.items() if r.kind == "Cell"}
     parents = {}
@@ -163,4 +184,18 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
             reads_other = True
             for u in uses.values():
                 u.own_only = False
-    return Access(access=access, reads_other_samples=reads_other, planes=uses)
+    return Access(access=access, reads_other_samples=reads_other, planes=uses, range_params=range_params)
+
+
+def _range_arguments(fdef, roles, message) -> set:
+    """Params passed straight to ``range(...)`` (a float there must be refused at run, as Python
+    does: numba would truncate it); a float literal there is refused now."""
+    params = set()
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
+            for a in node.args:
+                if isinstance(a, ast.Constant) and isinstance(a.value, float):
+                    raise TypeError(message(a, f"range({a.value!r}): range takes integers, as in Python"))
+                if isinstance(a, ast.Name) and a.id in roles and roles[a.id].kind == "Param":
+                    params.add(a.id)
+    return params

@@ -87,6 +87,10 @@ def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=
                 what = f"an array of shape {shape}" if shape is not None else f"a {type(v).__name__}"
                 raise TypeError(f"Param {name!r} of kernel {k!r} takes one number for all samples, "
                                 f"got {what}; pass per-sample values as an In plane")
+            if name in plugin.range_params and not isinstance(v, (int, np.integer)):
+                raise TypeError(f"Param {name!r} of kernel {k!r} is passed to range() and must be an integer, "
+                                f"not {type(v).__name__} {v!r} (Python raises TypeError too; numba would "
+                                "truncate it)")
             values[name] = _param_value(k, name, v)
             continue
         if not given:

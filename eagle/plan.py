@@ -18,7 +18,7 @@ from .access import ACCESS_CLASSES, CROSS_SAMPLE_WRITE
 from .bind import GATHERED_DTYPE, not_gatherable
 from .local import DeviceKernel, HostTeam
 from .plugin import Plugin, deploy
-from .rows import check_partitions, cover, fold, is_count, split
+from .rows import check_partitions, cover, fold, is_count, n_rows, split
 from .structure import Structure
 
 #: what may run a rank's or a worker's share
@@ -61,7 +61,10 @@ class Plan:
         """The plan's partitions of ``n`` samples (rows of 32 for a kernel with cells)."""
         if self.partitions is not None:
             return cover(self.partitions, n, kernel=self.plugin.name)
-        return split(n, self.npartitions, rows=bool(self.plugin.cells))
+        rows = bool(self.plugin.cells)
+        # partitions past one per sample (or row) would all be empty: the same cut, without
+        # allocating them (npartitions=10**8 of 10 samples)
+        return split(n, min(self.npartitions, max(n_rows(n) if rows else n, 1)), rows=rows)
 
     def bind(self, planes, device=None):
         return self.structure.bind(self, planes, device)

@@ -106,6 +106,7 @@ class Plugin:
         self.exec_access = info.access
         self.reads_other_samples = info.reads_other_samples
         self.plane_uses = info.planes
+        self.range_params = info.range_params
         self.cells = {name: role.op for role, name in self.arg_spec if role.kind == "Cell"}
         ops = set(self.cells.values())
         self.exec_op = ops.pop() if len(ops) == 1 else None
@@ -168,13 +169,14 @@ def deploy(k) -> Plugin:
     if not isinstance(k, Kernel):
         k = _as_kernel(k)
     fdef = ast.parse(k.source).body[0]
+    # analysed first, so a refusal of the body names the kernel and the line at deploy (Plugin
+    # re-derives the same); then the body's free names are frozen
+    info = analyse(fdef, k.index_name, {n: r for r, n in k.arg_spec}, k.name, k.first_line, k.access)
     frozen = freeze_globals(k, fdef)
     for name, value in k.defaults.items():
         if not isinstance(value, NUMBER_TYPES):
             raise TypeError(f"kernel {k.name!r}: the default of Param {name!r} must be a number")
-    # analysed here so a refusal names the kernel at deploy (Plugin re-derives the same)
     cells = {name: role.op for role, name in k.arg_spec if role.kind == "Cell"}
-    info = analyse(fdef, k.index_name, {n: r for r, n in k.arg_spec}, k.name, k.first_line, k.access)
     ops = set(cells.values())
     manifest = {
         "schema": SCHEMA,

@@ -9,19 +9,23 @@ from __future__ import annotations
 import numpy as np
 
 from ..bind import GATHERED_DTYPE, not_gatherable
-from ..rows import Partition, fold, shares
+from ..rows import Partition, fold, is_count, shares
 from .world import mpi_module
 
 
 def as_partition(partition) -> Partition:
-    """``partition`` as a Partition, or a TypeError."""
-    if isinstance(partition, Partition):
-        return partition
+    """``partition`` as a Partition of integers with ``0 <= base``, ``0 <= count`` and
+    ``base + count <= n_samples``; a TypeError or ValueError naming it otherwise."""
     try:
         base, count, n = partition
-        return Partition(int(base), int(count), int(n))
     except (TypeError, ValueError):
         raise TypeError(f"{partition!r} is not a Partition(base, count, n_samples)") from None
+    if not all(is_count(v) for v in (base, count, n)):
+        raise TypeError(f"partition {tuple(partition)!r}: base, count and n_samples are integers")
+    if base < 0 or count < 0 or base + count > n:
+        raise ValueError(f"partition {tuple(partition)!r}: needs 0 <= base, 0 <= count and base + count <= "
+                         "n_samples")
+    return Partition(int(base), int(count), int(n))
 
 
 def _allgatherv(world_comm, buf, counts):
