@@ -19,7 +19,10 @@ that turns it on, nothing that turns it off; see numba-cuda issue #118), so eagl
 ``fma=False`` to ``cuda.jit`` where numba accepts it, and otherwise adds ``fma=0`` to the NVVM
 options of the compilations it starts itself (``no_contraction``), unless the kernel was
 declared ``@eagle.kernel(fma=True)``.  The launch kernel is compiled without link-time
-optimisation where numba offers the choice, so nothing after NVVM fuses either.
+optimisation where numba offers the choice, so nothing after NVVM fuses either: nvJitLink,
+which links LTO-IR, fuses multiply-adds whatever NVVM was told.  It is built with
+``cuda.jit(fn, **options)``, not the decorator form ``@cuda.jit(**options)``, which in
+numba-cuda 0.30 drops ``lto=False`` (the PTX test checks the dispatcher keeps it).
 """
 from __future__ import annotations
 
@@ -88,12 +91,16 @@ def device_source(plugin) -> str:
         "from numba import cuda as _eagle_cuda",
         "from eagle.device_codegen import cuda_row_partial as _eagle_rp",
         "_eagle_row_partial = _eagle_rp()",
+        "",
+        "def _eagle_launch_jit(fn):      # cuda.jit(fn, ...) keeps every option (the decorator form drops lto)",
+        f"    return _eagle_cuda.jit(fn, {launch_options(plugin)})",
+        "",
         globals_source(plugin, helper_decorator="@_eagle_cuda.jit(device=True)"),
         "",
         "@_eagle_cuda.jit(device=True)",
         body_function(plugin),
         "",
-        f"@_eagle_cuda.jit({launch_options(plugin)})",
+        "@_eagle_launch_jit",
         f"def _eagle_launch(_eagle_base, _eagle_stop, _eagle_per, _eagle_po, {', '.join(args)}, _eagle_row0):",
         f"{ind}_eagle_lo = _eagle_base + _eagle_cuda.grid(1) * _eagle_per",
         f"{ind}if _eagle_lo >= _eagle_stop:",

@@ -23,6 +23,7 @@ from . import __version__
 from .access import analyse
 from .codegen import globals_source
 from .freeze import NUMBER_TYPES, check_entry, freeze_globals
+from .device_ptx import device_ptx
 from .host import host_entry
 from .kernel import Kernel, kernel as _as_kernel
 from .roles import OUTPUT_KINDS, Cell, In, Mutable, Out, Param
@@ -135,6 +136,12 @@ class Plugin:
     def host_lanes_reason(self):
         """Why the host engine runs one sample at a time, or None when it runs lanes."""
         return host_entry(self).lanes_reason
+
+    def device_ptx(self, cc=(9, 0), **planes) -> str:
+        """The PTX of the device launch kernel for the dtypes and shapes of ``planes`` (numpy
+        arrays; Params as numbers), for compute capability ``cc``, compiled with the options and
+        hooks a launch uses -- with numba-cuda, and no GPU or driver (``eagle.device_ptx``)."""
+        return device_ptx(self, cc, **planes)
 
     # -- identity, pickling, artifacts -------------------------------------------------------
     def __repr__(self):
