@@ -1,8 +1,8 @@
 """Cells: reductions over samples with the same bits at every split.
 
-The reference is the design's rule written out here in plain Python (rows of 32 folded in
-sample order, Neumaier pairs for ``sum``, row partials folded in row order); a ``sum`` is
-also checked against ``math.fsum``.
+The reference is the design's rule written out in plain Python in ``tests/reference.py`` (rows
+of 32 folded in sample order, Neumaier pairs for ``sum``, row partials folded in row order); a
+``sum`` is also checked against ``math.fsum``.
 """
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ import eagle
 import eagle.exec as eexec
 from eagle import Cell, In
 from eagle import plan as eplan
-from eagle.rows import row_partials, share
+from eagle.rows import row_partials
+from tests import reference as ref
 from tests.kernels import same_bits
 
 OPS = ("sum", "times", "max", "min", "land")
-IDENTITY = {"sum": 0.0, "times": 1.0, "max": -math.inf, "min": math.inf, "land": 1.0}
+IDENTITY = ref.IDENTITY
 
 
 @eagle.kernel
@@ -40,39 +41,11 @@ def total(i, x: In, s: Cell["sum"]):
 CELL_OF = {"sum": "s", "times": "t", "max": "hi", "min": "lo", "land": "every"}
 
 
-# --- the design's rule, independently ----------------------------------------------------------
-
-def _step(op, s, c, v):
-    if op == "sum":
-        t = s + v
-        c += ((s - t) + v) if abs(s) >= abs(v) else ((v - t) + s)
-        return t, c
-    if op == "times":
-        return s * v, c
-    if op in ("max", "min"):
-        if math.isnan(s):
-            return s, c
-        if math.isnan(v) or (v > s if op == "max" else v < s):
-            return v, c
-        return s, c
-    return (1.0 if (s != 0.0 and v != 0.0) else 0.0), c
-
+# --- the design's rule, independently: tests/reference.py ----------------------------------------
 
 def design_value(op, values):
     """Rows of 32 folded in sample order, then the row partials in row order."""
-    partials = []
-    for r in range(0, len(values), 32):
-        s, c = IDENTITY[op], 0.0
-        for v in values[r:r + 32]:
-            s, c = _step(op, s, c, float(v))
-        partials.append((s, c))
-    s, c = IDENTITY[op], 0.0
-    for ps, pc in partials:
-        s, c = _step(op, s, c, ps)
-        c += pc
-    if op == "sum":
-        return s + c if math.isfinite(s + c) else s
-    return s
+    return ref.cell(op, values)
 
 
 def within_one_ulp(got, exact):
@@ -116,12 +89,12 @@ def test_ranks_folding_row_partials_get_the_same_bits(n, team):
     x = values_for(n, seed=3)
     plugin = eagle.deploy(every_op)
     assert "x" in plugin.sliceable
-    want = host(every_op).run(x=x)
+    want = {CELL_OF[op]: np.float64(design_value(op, x)) for op in OPS}
+    assert same_bits(host(every_op).run(x=x), want)
     for size in (1, 2, 3, 5, 40):
-        shares = [share(n, r, size, rows=True) for r in range(size)]
-        whole = [eexec.HostTeam.run_range(plugin, {"x": x}, p.base, p.stop) for p in shares]
-        sliced = [eexec.HostTeam.run_range(plugin, {"x": x[p.base:p.stop].copy()}, p.base, p.stop, po=p.base)
-                  for p in shares]
+        shares = ref.cut(n, size, rows=True)
+        whole = [eexec.HostTeam.run_range(plugin, {"x": x}, a, b) for a, b in shares]
+        sliced = [eexec.HostTeam.run_range(plugin, {"x": x[a:b].copy()}, a, b, po=a) for a, b in shares]
         for parts in (whole, sliced):
             got = {c: eexec.fold(op, np.concatenate([rows[c] for rows in parts]))
                    for c, op in plugin.cells.items()}
@@ -212,10 +185,7 @@ def test_fold_of_plain_values_is_a_float64_in_index_order():
     rng = np.random.default_rng(0)
     x = rng.normal(size=50) * 10.0 ** rng.integers(-8, 8, 50)
     for op in OPS:
-        s, c = IDENTITY[op], 0.0
-        for v in x:
-            s, c = _step(op, s, c, v)
-        want = (s + c) if op == "sum" else s
+        want = ref.fold_values(op, x)
         assert eexec.fold(op, x) == want, op
         assert eexec.fold(op, list(x)) == want, op
     assert eexec.fold("times", [2.0, 3.0, 0.5]) == 3.0
