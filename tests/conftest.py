@@ -11,15 +11,20 @@ import eagle.host
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+#: the smallest tile under the ``team`` fixture: a share of 8 samples or more (33 or more, two
+#: rows, for a kernel with cells) is cut into several tiles when the team has several threads
+TEAM_MIN_TILE = 4
+
 
 @pytest.fixture
 def team(monkeypatch):
     """``team(k)`` makes HostTeam runs use ``k`` threads (``EAGLE_NUM_THREADS``).
 
-    Tiles may be as small as 32 samples, so that even the small sample counts of the tests
-    are really cut into several tiles run by several threads.
+    Tiles may be as small as ``TEAM_MIN_TILE`` samples (whole rows for a kernel with cells),
+    so that even the small sample counts of the tests are really cut into several tiles run by
+    the team's threads (``tests/test_host_bits.py`` checks that they are).
     """
-    monkeypatch.setattr(eagle.host, "MIN_TILE", 32)
+    monkeypatch.setattr(eagle.host, "MIN_TILE", TEAM_MIN_TILE)
 
     def set_threads(k: int):
         monkeypatch.setenv("EAGLE_NUM_THREADS", str(k))

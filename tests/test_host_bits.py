@@ -1,10 +1,16 @@
 """HostTeam bit identity: every core kernel, every split, every thread team, the same bits.
 
 The reference is one partition run by one thread; where ``tests.kernels.CASES`` has an exact
-numpy reference the outputs must equal it bit for bit too.  The second half checks what a run
-returns: bare outputs, dicts in argument order, cells as float64, supplied outputs in place.
+numpy reference the outputs must equal it bit for bit too.  Every run is watched tile by tile
+(a spy on the entry's compiled ``tile``): each sample runs in exactly one tile, tiles of a
+kernel with cells start on rows, one thread runs each partition as one tile, and a team of 2
+or 3 threads really cuts every splittable case of 8 samples or more (33 or more with cells)
+into several tiles, run by the team's threads.  The second half checks what a run returns:
+bare outputs, dicts in argument order, cells as float64, supplied outputs in place.
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
@@ -13,13 +19,17 @@ import eagle
 import eagle.exec as eexec
 from eagle import Cell, In, Out, Param
 from eagle import plan as eplan
+from tests import reference as ref
 from tests.kernels import CASES, SPLITTABLE, as_dict, inputs, same_bits
 
-SMALL = [0, 1, 31, 33]
+SMALL = [0, 1, 31, 33, 100]
 BIG = 1_000_003
 BIG_CASES = ["axpb", "transcendental", "reductions"]
 THREADS = [1, 2, 3]
 NPARTITIONS = [1, 2, 3, 7]
+#: the team fixture's tiles: from this many samples a team of 2 or 3 threads runs several tiles
+CUT_FROM = 8
+CUT_FROM_ROWS = 33          # two rows: a kernel with cells is cut in whole rows
 
 _REFERENCE = {}
 
@@ -52,12 +62,55 @@ def row_partitions(n):
 
 
 def check_against_numpy(name, n, got):
-    ref = CASES[name][2]
-    if ref is None:
+    numpy_reference = CASES[name][2]
+    if numpy_reference is None:
         return
-    want = ref(inputs(name, n))
+    want = numpy_reference(inputs(name, n))
     for key, value in want.items():
         assert same_bits(got[key], value), f"{name}, n={n}: {key!r} differs from the numpy reference"
+
+
+def spy_tiles(name, monkeypatch):
+    """A list that gets ``(thread, start, stop)`` of every non-empty tile case ``name`` runs."""
+    entry = eagle.host.host_entry(eagle.deploy(CASES[name][0]))
+    seen = []
+    original = entry.tile
+
+    def spy(a, b, *args):
+        if b > a:
+            seen.append((threading.current_thread(), a, b))
+        return original(a, b, *args)
+    monkeypatch.setattr(entry, "tile", spy)
+    return seen
+
+
+def must_cut(plugin, name, n, threads):
+    """Whether a team of ``threads`` must run one partition of ``n`` samples as several tiles."""
+    if threads < 2 or name not in SPLITTABLE:
+        return False
+    return n >= (CUT_FROM_ROWS if plugin.cells else CUT_FROM)
+
+
+def check_tiles(name, n, threads, parts, tiles):
+    """Every sample in one tile; rows whole; one thread: one tile per partition, in this thread;
+    a team: the whole run (one partition) cut into several tiles where ``must_cut``, on the team.
+    Returns whether some partition was cut into several tiles."""
+    plugin = eagle.deploy(CASES[name][0])
+    where = f"{name}, n={n}, {threads} threads, partitions {parts}"
+    spans = sorted((a, b) for _, a, b in tiles)
+    once = (spans[0][0] == 0 and spans[-1][1] == n and all(b == a for (_, b), (a, _) in zip(spans, spans[1:]))
+            if spans else n == 0)
+    assert once, f"{where}: tiles {spans} do not run each sample once"
+    if plugin.cells:
+        assert all(a % 32 == 0 for a, _ in spans), f"{where}: a tile {spans} starts off a row"
+    filled = sum(1 for _, c in parts if c)
+    if threads == 1 or name not in SPLITTABLE:
+        assert len(spans) == filled, f"{where}: {spans}"
+        assert all(t is threading.current_thread() for t, _, _ in tiles), where
+    if len(parts) == 1 and must_cut(plugin, name, n, threads):
+        assert len(spans) > 1, f"{where}: one tile {spans}"
+        assert all(t.name.startswith("eagle-team") for t, _, _ in tiles), f"{where}: not run by the team"
+    return len(spans) > filled
 
 
 def check_every_split(name, n, threads, team, monkeypatch):
@@ -65,29 +118,38 @@ def check_every_split(name, n, threads, team, monkeypatch):
     check_against_numpy(name, n, want)
     team(threads)
     plugin = eagle.deploy(CASES[name][0])
+    tiles = spy_tiles(name, monkeypatch)
     counts = NPARTITIONS if name in SPLITTABLE else [1]
+    cut = False
     for k in counts:
+        del tiles[:]
         assert same_bits(run(name, n, npartitions=k), want), f"{name}, n={n}, {threads} threads, {k} partitions"
+        split = [(a, b - a) for a, b in ref.cut(n, k, rows=bool(plugin.cells))]
+        cut |= check_tiles(name, n, threads, split, tiles)
     if name not in SPLITTABLE:
         parts = [(0, n)]
     elif plugin.cells:
         parts = row_partitions(n)
     else:
         parts = odd_partitions(n)
+    del tiles[:]
     assert same_bits(run(name, n, partitions=parts), want), f"{name}, n={n}, {threads} threads, {parts}"
+    cut |= check_tiles(name, n, threads, parts, tiles)
+    return cut
 
 
 @pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("n", SMALL)
 @pytest.mark.parametrize("name", list(CASES))
 def test_same_bits_at_every_split(name, n, threads, team, monkeypatch):
-    check_every_split(name, n, threads, team, monkeypatch)
+    cut = check_every_split(name, n, threads, team, monkeypatch)
+    assert cut == must_cut(eagle.deploy(CASES[name][0]), name, n, threads), "cut where it need not be"
 
 
 @pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("name", BIG_CASES)
 def test_same_bits_over_a_million_samples(name, threads, team, monkeypatch):
-    check_every_split(name, BIG, threads, team, monkeypatch)
+    assert check_every_split(name, BIG, threads, team, monkeypatch) == (threads > 1)
 
 
 def test_the_suite_has_every_kind_of_kernel():
