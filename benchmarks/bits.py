@@ -1,7 +1,8 @@
 """Bit-for-bit comparison of results against the one-process reference.
 
 A result is a dict by output name (planes as arrays, cells as float64 scalars).  Equal means the
-same names, shapes, dtypes and raw bytes (so NaNs with equal bits compare equal).
+same names, shapes, dtypes and raw bytes (so NaNs with equal bits compare equal): ``same_bits``
+and ``as_dict`` are ``eagle.bits``' own; this module adds how far apart results are and digests.
 """
 from __future__ import annotations
 
@@ -9,18 +10,7 @@ import hashlib
 
 import numpy as np
 
-
-def as_dict(plugin, result) -> dict:
-    """A run's result as a dict by output name (a plan returns a single output bare)."""
-    if isinstance(result, dict):
-        return result
-    return {plugin.outputs[0]: result}
-
-
-def same_bits(a, b) -> bool:
-    """Bit-for-bit equality of two arrays or scalars."""
-    a, b = np.asarray(a), np.asarray(b)
-    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+from eagle.bits import as_dict, same_bits  # noqa: F401 - the one comparison, used here and by the arms
 
 
 def ulps(a, b) -> float:
