@@ -19,8 +19,6 @@ from eagle.models import oscillator
 from eagle import plan as eplan
 
 
-
-
 def main(n=100_001, steps=200):
     on_device = "--device" in sys.argv
     plugin = eagle.deploy(oscillator)
