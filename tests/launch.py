@@ -74,6 +74,13 @@ def beyond_loopback(found):
     return [(pid, ip, port) for pid, ip, port in found if not ipaddress.ip_address(ip).is_loopback]
 
 
+def assert_loopback_only(found, what):
+    """At least one listener was seen (else the check judged nothing: sockets that could not be
+    read, or processes already gone), and every one of them is on loopback."""
+    assert found, f"no listening socket seen in {what}: nothing was checked"
+    assert beyond_loopback(found) == [], f"{what} listens beyond loopback: {beyond_loopback(found)}"
+
+
 def process_tree(pid):
     import psutil
     try:
