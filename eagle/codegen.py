@@ -26,7 +26,9 @@ import numba
 import numpy as np
 
 from . import __version__
+from .bounds import AT, ERR
 from .freeze import const_value
+from .roles import PLANE_KINDS
 from .rows import scratch_name
 
 PO, CO = "_eagle_po", "_eagle_co"
@@ -40,33 +42,53 @@ def cache_dir() -> str:
 
 
 class _Rewrite(ast.NodeTransformer):
-    def __init__(self, idx, sliced, cells):
-        self.idx, self.sliced, self.cells = idx, sliced, cells
+    """A plane's own index shifted by the slice offset, a cell's by its row; every other index
+    of a plane checked (``eagle.bounds``)."""
+
+    def __init__(self, plugin):
+        self.idx = plugin.index_name
+        self.sliced, self.cells = plugin.sliceable, set(plugin.cells)
+        self.code = {name: k for k, (role, name) in enumerate(plugin.arg_spec) if role.kind in PLANE_KINDS}
+
+    def _own(self, e):
+        return isinstance(e, ast.Name) and e.id == self.idx
+
+    def _checked(self, e, plane, axis):
+        shape = ast.Subscript(ast.Attribute(ast.Name(plane, ast.Load()), "shape", ast.Load()),
+                              ast.Constant(axis), ast.Load())
+        return ast.Call(ast.Name(AT, ast.Load()), [e, shape, ast.Name(ERR, ast.Load()),
+                                                   ast.Name(self.idx, ast.Load()), ast.Constant(self.code[plane]),
+                                                   ast.Constant(axis)], [])
 
     def visit_Subscript(self, node):
         self.generic_visit(node)
-        if isinstance(node.value, ast.Name) and node.value.id in (self.sliced | self.cells):
-            off = CO if node.value.id in self.cells else PO
-            shifted = ast.BinOp(ast.Name(self.idx, ast.Load()), ast.Sub(), ast.Name(off, ast.Load()))
-            sl = node.slice
-            if isinstance(sl, ast.Name) and sl.id == self.idx:
-                node.slice = shifted
-            elif isinstance(sl, ast.Tuple) and isinstance(sl.elts[0], ast.Name) and sl.elts[0].id == self.idx:
-                sl.elts[0] = shifted
+        name = node.value.id if isinstance(node.value, ast.Name) else None
+        if name not in self.code and name not in self.cells:
+            return node
+        tuple_ = isinstance(node.slice, ast.Tuple)
+        elts = list(node.slice.elts) if tuple_ else [node.slice]
+        for axis, e in enumerate(elts):
+            if axis == 0 and self._own(e):
+                if name in self.cells or name in self.sliced:
+                    off = CO if name in self.cells else PO
+                    elts[0] = ast.BinOp(ast.Name(self.idx, ast.Load()), ast.Sub(), ast.Name(off, ast.Load()))
+            elif name in self.code and not isinstance(e, ast.Slice):
+                elts[axis] = self._checked(e, name, axis)
+        node.slice = ast.Tuple(elts, ast.Load()) if tuple_ else elts[0]
         return node
 
 
 def body_function(plugin, name="_eagle_body") -> str:
-    """The body as a plain function ``name(i, *args, _eagle_po, _eagle_co)``."""
+    """The body as a plain function ``name(i, *args, _eagle_err, _eagle_po, _eagle_co)``."""
     fdef = ast.parse(plugin.source).body[0]
-    fdef = _Rewrite(plugin.index_name, plugin.sliceable, set(plugin.cells)).visit(fdef)
+    fdef = _Rewrite(plugin).visit(fdef)
     fdef.name = name
     fdef.decorator_list = []
     fdef.returns = None
     for a in fdef.args.args:
         a.annotation = None
     fdef.args.defaults = []
-    fdef.args.args += [ast.arg(PO), ast.arg(CO)]
+    fdef.args.args += [ast.arg(ERR), ast.arg(PO), ast.arg(CO)]
     ast.fix_missing_locations(fdef)
     return ast.unparse(fdef)
 
@@ -136,8 +158,8 @@ def body_raises(plugin) -> bool:
 
 def body_call_args(plugin) -> str:
     """The body's arguments as the loops pass them: planes and Params by name, each cell as its
-    scratch row (host and device loops alike)."""
-    return ", ".join(scratch_name(name) if name in plugin.cells else name for _, name in plugin.arg_spec)
+    scratch row, then the run's error record (host and device loops alike)."""
+    return ", ".join([scratch_name(name) if name in plugin.cells else name for _, name in plugin.arg_spec] + [ERR])
 
 
 

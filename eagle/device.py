@@ -30,6 +30,7 @@ import threading
 import numpy as np
 
 from .bind import is_array
+from .bounds import first, index_error, new_record
 from .codegen import load_module
 from .device_codegen import device_source, no_contraction, samples_per_thread
 from .errors import kernel_error, message, retyped
@@ -200,9 +201,13 @@ class DeviceEntry:
                         back.append(name)
                 else:
                     dev[name] = v
-            args = [dev[name] for _, name in p.arg_spec]
+            bad = cuda.to_device(new_record(1))
+            args = [dev[name] for _, name in p.arg_spec] + [bad[0]]
             for start, stop in parts:
                 self.run_partition(args, start, stop, po, r0)
+            record = first(bad.copy_to_host())
+            if record is not None:                   # a device kernel cannot raise: it flagged
+                raise kernel_error(p.name, index_error(p, record), f"sample {int(record[0])} on the device")
             for name in back:
                 self._copy_home(name, dev[name], values[name], po, copy_back)
             return {c: dev[c].copy_to_host() for c in p.cells}

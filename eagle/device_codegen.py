@@ -32,9 +32,10 @@ import inspect
 import threading
 import types
 
-from . import __version__, rows
+from . import __version__, bounds, rows
 from .access import CROSS_SAMPLE_WRITE
 from .codegen import body_call_args, body_function, body_raises, globals_source
+from .bounds import AT, ERR
 from .rows import ROW, row_loop_lines
 
 _STATE = threading.local()
@@ -51,6 +52,13 @@ def cuda_row_partial():
     rp = rows.row_partial.py_func
     fn = types.FunctionType(rp.__code__, {**rp.__globals__, "step": step}, rp.__name__)
     return cuda.jit(device=True)(fn)
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_at():
+    """``eagle.bounds.at`` compiled for CUDA device code (the same Python function as the host's)."""
+    from numba import cuda
+    return cuda.jit(device=True)(bounds.at.py_func)
 
 
 def jit_accepts(name: str) -> bool:
@@ -89,8 +97,9 @@ def device_source(plugin) -> str:
         f"# floating-point contraction: {contraction(plugin)}",
         "import numpy as _eagle_np",
         "from numba import cuda as _eagle_cuda",
-        "from eagle.device_codegen import cuda_row_partial as _eagle_rp",
+        "from eagle.device_codegen import cuda_at, cuda_row_partial as _eagle_rp",
         "_eagle_row_partial = _eagle_rp()",
+        f"{AT} = cuda_at()",
         "",
         "def _eagle_launch_jit(fn):      # cuda.jit(fn, ...) keeps every option (the decorator form drops lto)",
         f"    return _eagle_cuda.jit(fn, {launch_options(plugin)})",
@@ -101,7 +110,7 @@ def device_source(plugin) -> str:
         body_function(plugin),
         "",
         "@_eagle_launch_jit",
-        f"def _eagle_launch(_eagle_base, _eagle_stop, _eagle_per, _eagle_po, {', '.join(args)}, _eagle_row0):",
+        f"def _eagle_launch(_eagle_base, _eagle_stop, _eagle_per, _eagle_po, {', '.join(args)}, {ERR}, _eagle_row0):",
         f"{ind}_eagle_lo = _eagle_base + _eagle_cuda.grid(1) * _eagle_per",
         f"{ind}if _eagle_lo >= _eagle_stop:",
         f"{ind*2}return",

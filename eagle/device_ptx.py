@@ -32,11 +32,10 @@ import os
 
 import numpy as np
 
+from .bind import bind
 from .device import cuda_module, device_entry
 from .device_codegen import no_contraction
 
-#: what a Param may be (one number for all samples)
-_NUMBERS = (bool, int, float, complex, np.generic)
 
 
 def device_ptx(plugin, cc=(9, 0), **planes) -> str:
@@ -84,67 +83,28 @@ def target_cc(kernel: str, cc) -> tuple:
 
 
 def launch_types(plugin, planes: dict) -> tuple:
-    """numba types of ``_eagle_launch(base, stop, per, po, *arg_spec, row0)`` for ``planes``.
+    """numba types of ``_eagle_launch(base, stop, per, po, *arg_spec, err, row0)`` for ``planes``.
 
-    Planes are uploaded C-contiguous (their dtype and number of dimensions count, not their
-    sizes); an Out not given is the one eagle allocates (its declared dtype and width); a cell
-    is its ``(rows, 2)`` float64 row partials; a Param is its value's numba type (its default
-    when not given).
+    The planes are bound by the rules of every run (``eagle.bind.bind``: an Out not given is the
+    one eagle allocates, a Param not given its default); they are uploaded C-contiguous, so
+    their dtype and number of dimensions count, not their sizes.  A cell is its ``(rows, 2)``
+    float64 row partials, the bounds record a 1-D int64 array.
     """
     import numba
     from numba import types
 
-    k = plugin.name
-    names = [name for _, name in plugin.arg_spec]
-    roles = {name: role for role, name in plugin.arg_spec}
-    for name in planes:
-        if name not in roles:
-            raise TypeError(f"kernel {k!r} has no argument {name!r} (its arguments: {', '.join(names)})")
-        if roles[name].kind == "Cell":
-            raise TypeError(f"{name!r} is a Cell of kernel {k!r}: a result over samples, not an input; "
-                            "do not pass it")
+    bound = bind(plugin, planes)
     index = numba.typeof(0)                              # base, stop, per, po, row0: Python ints
     args = [index] * 4
     for role, name in plugin.arg_spec:
-        kind = role.kind
-        if kind == "Cell":
+        if role.kind == "Cell":
             args.append(types.Array(types.float64, 2, "C"))
-            continue
-        if kind == "Param":
-            if name in planes:
-                v = planes[name]
-            elif name in plugin.defaults:
-                v = plugin.defaults[name]
-            else:
-                raise TypeError(f"kernel {k!r} is missing Param {name!r}")
-            if isinstance(v, np.ndarray) and v.ndim == 0:
-                v = v[()]
-            if not isinstance(v, _NUMBERS):
-                raise TypeError(f"Param {name!r} of kernel {k!r} takes one number for all samples, got "
-                                f"a {type(v).__name__}; pass per-sample values as an In plane")
-            args.append(numba.typeof(v))
-            continue
-        if name not in planes:
-            if kind != "Out":
-                raise TypeError(f"kernel {k!r} is missing plane {name!r} ({kind})")
-            dtype, ndim = np.dtype(role.out_dtype), 1 if role.width is None else 2
+        elif role.kind == "Param":
+            args.append(numba.typeof(bound.values[name]))
         else:
-            v = planes[name]
-            if not (hasattr(v, "dtype") and hasattr(v, "shape")):
-                if kind != "In":
-                    raise TypeError(f"{kind} plane {name!r} of kernel {k!r} must be an array, "
-                                    f"not a {type(v).__name__}")
-                v = np.asarray(v)
-            dtype, ndim = np.dtype(v.dtype), len(v.shape)
-            if ndim not in (1, 2):
-                raise ValueError(f"plane {name!r} of kernel {k!r} has {ndim} dimensions; a plane is (n,) or "
-                                 "(n, w), samples first")
-            if kind == "Out":
-                want = (np.dtype(role.out_dtype), 1 if role.width is None else 2)
-                if (dtype, ndim) != want:
-                    raise TypeError(f"output plane {name!r} of kernel {k!r} is {ndim}-D {dtype}, but the kernel "
-                                    f"declares it {role!r}: {want[1]}-D {want[0]}")
-        args.append(types.Array(numba.from_dtype(dtype), ndim, "C"))
+            v = bound.values[name]
+            args.append(types.Array(numba.from_dtype(v.dtype), v.ndim, "C"))
+    args.append(types.Array(types.int64, 1, "C"))
     args.append(index)
     return tuple(args)
 

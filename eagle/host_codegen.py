@@ -3,11 +3,13 @@
 ``_eagle_tile(start, stop, po, prog, *args, row0)`` runs samples ``[start, stop)``: groups of
 ``lanes`` samples through the laned body (``eagle.lanes``), the rest of each range one at a
 time; a kernel with cells walks its tile row by row (``eagle.rows.row_loop_lines``).  ``prog``
-records the sample a kernel that raises is at.
+records the sample a kernel that raises is at; ``_eagle_err`` is the tile's bounds record
+(``eagle.bounds``).
 """
 from __future__ import annotations
 
 from . import __version__
+from .bounds import AT, ERR
 from .codegen import body_call_args, body_function, body_raises, globals_source, jit_options
 from .lanes import lanes_function
 from .rows import ROW, row_loop_lines
@@ -47,6 +49,7 @@ def host_source(plugin, lanes: int = 1) -> str:
         "import numpy as _eagle_np",
         "from numba import njit as _eagle_njit",
         "from eagle.rows import row_partial as _eagle_row_partial",
+        f"from eagle.bounds import at as {AT}",
         globals_source(plugin),
         "",
         f"@_eagle_njit({opts})",
@@ -54,7 +57,7 @@ def host_source(plugin, lanes: int = 1) -> str:
         "",
         *([f"@_eagle_njit({opts})", lanes_function(plugin, lanes), ""] if lanes > 1 else []),
         f"@_eagle_njit({opts})",
-        f"def _eagle_tile(_eagle_start, _eagle_stop, _eagle_po, _eagle_prog, {', '.join(args)}, _eagle_row0):",
+        f"def _eagle_tile(_eagle_start, _eagle_stop, _eagle_po, _eagle_prog, {', '.join(args)}, {ERR}, _eagle_row0):",
     ]
     ind = "    "
     if not plugin.cells:

@@ -252,7 +252,8 @@ def laned_asm(plugin, name):
     opts["cache"] = False
     fn = numba.njit(**opts)(eagle.host.host_entry(plugin).module._eagle_body_lanes.py_func)
     bound = eagle.bind.bind(plugin, planes_of(name, 16))
-    fn(0, *[np.zeros(32) if a in plugin.cells else bound.values[a] for _, a in plugin.arg_spec], 0, 0)
+    fn(0, *[np.zeros(32) if a in plugin.cells else bound.values[a] for _, a in plugin.arg_spec],
+       eagle.bounds.new_record()[0], 0, 0)
     return fn.inspect_asm(fn.signatures[0])
 
 

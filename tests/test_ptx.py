@@ -355,7 +355,8 @@ def test_bad_cc_and_bad_planes_are_refused():
         device_ptx(p, "sm_90", x=np.zeros(3), a=1.0, b=2.0)
     with pytest.raises(TypeError, match=r"Param 'a' of kernel 'axpb' takes one number"):
         device_ptx(p, x=np.zeros(3), a=np.zeros(3), b=2.0)
-    with pytest.raises(TypeError, match=r"output plane 'y' of kernel 'axpb' is 1-D float32"):
+    with pytest.raises(TypeError, match=r"output plane 'y' of kernel 'axpb' is float32, but the kernel declares it "
+                                        r"float64"):
         device_ptx(p, x=np.zeros(3), a=1.0, b=2.0, y=np.zeros(3, np.float32))
 
 
@@ -367,11 +368,11 @@ def test_launch_types_follow_the_planes():
     arr = lambda dt, nd: types.Array(dt, nd, "C")          # noqa: E731
     got = launch_types(eagle.deploy(suite.vectors), {"p": np.zeros((5, 3), np.float32)[:, :2], "scale": 2})
     assert got == (types.int64,) * 4 + (arr(types.float32, 2), types.int64, arr(types.float64, 2),
-                                        arr(types.float64, 1), types.int64)
+                                        arr(types.float64, 1), arr(types.int64, 1), types.int64)
     got = launch_types(eagle.deploy(suite.integers), {"k": np.arange(4)})
     assert got[4:7] == (arr(types.int64, 1), arr(types.float64, 1), arr(types.int64, 1))
     got = launch_types(eagle.deploy(eagle.models.oscillator), planes_for(eagle.models.oscillator))
-    assert got[-2:] == (arr(types.float64, 2), types.int64)                 # the cell's row partials
+    assert got[-3:] == (arr(types.float64, 2), arr(types.int64, 1), types.int64)   # row partials, bounds
     assert target_cc("k", (9, 0)) == (9, 0, "a") and target_cc("k", (8, 6)) == (8, 6, "")
     assert target_cc("k", (9, 0, "")) == (9, 0, "")
 
