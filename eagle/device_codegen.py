@@ -56,9 +56,9 @@ def cuda_row_partial():
 
 @functools.lru_cache(maxsize=None)
 def cuda_at():
-    """``eagle.bounds.at`` compiled for CUDA device code (the same Python function as the host's)."""
+    """``eagle.bounds.at_device`` compiled for CUDA device code (a kernel cannot raise there)."""
     from numba import cuda
-    return cuda.jit(device=True)(bounds.at.py_func)
+    return cuda.jit(device=True)(bounds.at_device.py_func)
 
 
 def jit_accepts(name: str) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 from numba.core.errors import NumbaError
 
 from .access import CROSS_SAMPLE_WRITE
-from .bounds import first, index_error, new_record
+from .bounds import index_error, new_record, raised_record
 from .codegen import load_module
 from .errors import kernel_error
 from .host_codegen import host_source
@@ -121,13 +121,13 @@ class HostEntry:
         # compile (or load from the disk cache) in this thread, before the team starts
         self._compile(start, po, args, r0)
         progs = [np.full(1, -1, np.int64) for _ in cut]
-        bad = new_record(len(cut))
+        unused = new_record(len(cut))                  # the device's bounds record; the host raises
         errors = [None] * len(cut)
 
         def one(k):
             a, b = cut[k]
             try:
-                self.tile(a, b, po, progs[k], *args, bad[k], r0)
+                self.tile(a, b, po, progs[k], *args, unused[k], r0)
             except Exception as e:  # noqa: BLE001 - re-raised below, first in sample order
                 errors[k] = e
 
@@ -138,15 +138,15 @@ class HostEntry:
                     break
         else:
             list(_pool(threads).map(one, range(len(cut))))
-        for k, e in enumerate(errors):                # tiles in sample order: the first event wins
-            record = first(bad[k:k + 1])
-            if e is not None:
-                s = int(progs[k][0])
-                if record is None or not 0 <= record[0] < s:
-                    where = f"sample {s}" if s >= 0 else f"a sample in [{cut[k][0]}, {cut[k][1]})"
-                    raise kernel_error(p.name, e, where) from e
+        for k, e in enumerate(errors):                # tiles in sample order: the first error wins
+            if e is None:
+                continue
+            record = raised_record(e)
             if record is not None:
-                raise kernel_error(p.name, index_error(p, record), f"sample {int(record[0])}")
+                raise kernel_error(p.name, index_error(p, record), f"sample {int(record[0])}") from None
+            s = int(progs[k][0])
+            where = f"sample {s}" if s >= 0 else f"a sample in [{cut[k][0]}, {cut[k][1]})"
+            raise kernel_error(p.name, e, where) from e
         return rows
 
 
