@@ -36,7 +36,7 @@ from . import __version__, bounds, rows
 from .access import CROSS_SAMPLE_WRITE
 from .codegen import body_call_args, body_function, body_raises, globals_source
 from .bounds import AT, ERR
-from .rows import ROW, row_loop_lines
+from .rows import BUILTIN_ALIASES, MIN, RANGE, ROW, row_loop_lines
 
 _STATE = threading.local()
 
@@ -100,6 +100,7 @@ def device_source(plugin) -> str:
         "from eagle.device_codegen import cuda_at, cuda_row_partial as _eagle_rp",
         "_eagle_row_partial = _eagle_rp()",
         f"{AT} = cuda_at()",
+        BUILTIN_ALIASES,
         "",
         "def _eagle_launch_jit(fn):      # cuda.jit(fn, ...) keeps every option (the decorator form drops lto)",
         f"    return _eagle_cuda.jit(fn, {launch_options(plugin)})",
@@ -114,15 +115,16 @@ def device_source(plugin) -> str:
         f"{ind}_eagle_lo = _eagle_base + _eagle_cuda.grid(1) * _eagle_per",
         f"{ind}if _eagle_lo >= _eagle_stop:",
         f"{ind*2}return",
-        f"{ind}_eagle_hi = min(_eagle_lo + _eagle_per, _eagle_stop)",
+        f"{ind}_eagle_hi = {MIN}(_eagle_lo + _eagle_per, _eagle_stop)",
     ]
     if not cells:
-        out += [f"{ind}for _eagle_i in range(_eagle_lo, _eagle_hi):",
+        out += [f"{ind}for _eagle_i in {RANGE}(_eagle_lo, _eagle_hi):",
                 f"{ind*2}_eagle_body(_eagle_i, {body_args}, _eagle_po, 0)"]
         return "\n".join(out) + "\n"
 
     def samples(ind2, r, e):
-        return [f"{ind2}for _eagle_i in range({r}, {e}):", f"{ind2}    _eagle_body(_eagle_i, {body_args}, _eagle_po, {r})"]
+        return [f"{ind2}for _eagle_i in {RANGE}({r}, {e}):",
+                f"{ind2}    _eagle_body(_eagle_i, {body_args}, _eagle_po, {r})"]
     out += row_loop_lines(ind, cells, "_eagle_lo", "_eagle_hi", f"_eagle_cuda.local.array({ROW}, _eagle_np.float64)",
                           samples)
     return "\n".join(out) + "\n"

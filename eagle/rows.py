@@ -263,6 +263,12 @@ def float_literal(v: float) -> str:
     return repr(v)
 
 
+#: generated loops call the builtins through these names, so a Param called ``min`` or ``range``
+#: (a parameter of the generated loop) cannot shadow them
+MIN, RANGE = "_eagle_min", "_eagle_range"
+BUILTIN_ALIASES = f"{MIN}, {RANGE} = min, range"
+
+
 def scratch_name(cell: str) -> str:
     """The name of a cell's ``ROW``-sample scratch row in generated code."""
     return f"_eagle_c_{cell}"
@@ -279,8 +285,8 @@ def row_loop_lines(ind: str, cells: dict, start: str, stop: str, scratch: str, s
     """
     out = [f"{ind}{scratch_name(c)} = {scratch}" for c in cells]
     out += [f"{ind}_eagle_r = {start}", f"{ind}while _eagle_r < {stop}:",
-            f"{ind}    _eagle_e = min(_eagle_r + {ROW}, {stop})",
-            f"{ind}    for _eagle_k in range({ROW}):"]
+            f"{ind}    _eagle_e = {MIN}(_eagle_r + {ROW}, {stop})",
+            f"{ind}    for _eagle_k in {RANGE}({ROW}):"]
     out += [f"{ind}        {scratch_name(c)}[_eagle_k] = {float_literal(IDENTITY[op])}" for c, op in cells.items()]
     out += samples(ind + "    ", "_eagle_r", "_eagle_e")
     out.append(f"{ind}    _eagle_k = _eagle_r // {ROW} - _eagle_row0")

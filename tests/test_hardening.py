@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import time
 
@@ -10,7 +11,7 @@ import pytest
 
 import eagle
 import eagle.exec as eexec
-from eagle import In, Out, Param
+from eagle import Cell, In, Out, Param
 from eagle import plan as eplan
 from tests.kernels import same_bits
 
@@ -154,3 +155,41 @@ def test_rank_partition_local_alone_is_the_whole_partition():
     if not eexec.RankPartition.available:
         pytest.skip("mpi4py is not installed")
     assert tuple(eexec.RankPartition.local((np.int64(3), 7, 10))) == (3, 7, 10)
+
+
+# --- generated code never clashes with the user's names -------------------------------------------
+@eagle.kernel
+def clashing(i, x: In, min: Param, max: Param, range: Param, total: Cell["sum"], y: Out):
+    y[i] = x[i] * min + max - range
+    total[i] = x[i]
+
+
+def test_params_named_like_builtins_beside_a_cell(team):
+    team(2)
+    x = np.arange(100.0)
+    out = eplan.plan(clashing, structure=eexec.HostTeam, npartitions=3).run(x=x, min=2.0, max=1.0, range=0.5)
+    assert same_bits(out["y"], x * 2.0 + 1.0 - 0.5)
+    assert out["total"] == math.fsum(x)
+
+
+def test_params_named_like_builtins_on_the_device(tmp_path):
+    """The same kernel through the device's generated launch (numba's CUDA simulator)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = tmp_path / "clash_device.py"
+    script.write_text(
+        "import json\nimport numpy as np\nimport eagle.exec as eexec\nfrom eagle import plan as eplan\n"
+        "from tests.test_hardening import clashing\n"
+        "out = eplan.plan(clashing, structure=eexec.DeviceKernel, npartitions=2).run(\n"
+        "    x=np.arange(100.0), min=2.0, max=1.0, range=0.5)\n"
+        "print(json.dumps({'y': out['y'].tolist(), 'total': float(out['total'])}))\n")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=repo)
+    done = subprocess.run([sys.executable, str(script)], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    x = np.arange(100.0)
+    assert got["y"] == (x * 2.0 + 1.0 - 0.5).tolist() and got["total"] == math.fsum(x)
