@@ -93,6 +93,19 @@ def body_function(plugin, name="_eagle_body") -> str:
     return ast.unparse(fdef)
 
 
+def user_lines(plugin, module_source: str, name="_eagle_body") -> dict:
+    """Lines of the generated body in ``module_source`` -> the user's lines of the same statements
+    (the rewrite changes expressions only, so both walk the same statements in the same order)."""
+    lines = module_source.splitlines()
+    start = next((k for k, text in enumerate(lines, 1) if text.startswith(f"def {name}(")), None)
+    if start is None:
+        return {}
+    ours = [n for n in ast.walk(ast.parse(body_function(plugin, name)).body[0]) if isinstance(n, ast.stmt)]
+    theirs = [n for n in ast.walk(ast.parse(plugin.source).body[0]) if isinstance(n, ast.stmt)]
+    first = plugin.manifest.get("first_line", 1)
+    return {start + a.lineno - 1: first + b.lineno - 1 for a, b in zip(ours, theirs)}
+
+
 def globals_source(plugin, helper_decorator=None) -> str:
     """Imports, frozen constants and helper functions of the body, as module-level statements.
 

@@ -1,5 +1,8 @@
-"""Errors raised inside a kernel body, re-raised with where they happened."""
+"""Errors of a kernel: raised inside its body (re-raised with where they happened), or met when
+numba compiles it for the arguments given."""
 from __future__ import annotations
+
+import re
 
 
 def message(exc: BaseException) -> str:
@@ -35,5 +38,19 @@ def with_place(exc: BaseException, plugin_name: str, where: str) -> BaseExceptio
     if getattr(exc, "eagle_kernel", None) != plugin_name or not text.endswith("]"):
         return kernel_error(plugin_name, exc, where)
     new = retyped(type(exc), f"{text[:-1]}, {where}]")
+    new.eagle_kernel = plugin_name
+    return new
+
+
+def compile_error(plugin_name: str, exc: BaseException, arguments: str, line: int | None) -> TypeError:
+    """A short TypeError for a kernel numba cannot compile for these arguments: the kernel, the
+    user's line, the arguments' types and numba's own first words (its full text is the cause)."""
+    text = [t.strip() for t in str(exc).splitlines() if t.strip()]
+    said = next((t for t in text if not t.startswith(("Failed in", "During:"))), text[0] if text else "")
+    said = re.sub(r"\s+", " ", said)[:300]
+    where = f", line {line}" if line else ""
+    new = TypeError(f"kernel {plugin_name!r}{where} cannot be compiled for the arguments given ({arguments}): "
+                    f"numba says: {said}")
+    new.__cause__ = exc
     new.eagle_kernel = plugin_name
     return new
