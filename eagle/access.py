@@ -35,6 +35,8 @@ class PlaneUse:
     """How the body uses one plane."""
     own_only: bool = True        # touched only as plane[i] / plane[i, k]: the plane can be sliced
     index_dims: int = 0          # the most subscripts seen with i first (2 means plane[i, k])
+    subscripts: set = field(default_factory=set)   # how many indices each subscript of it has
+    opaque: bool = False         # also used in a way the analysis cannot see through
     reads_other: bool = False
     writes_other: bool = False
 
@@ -131,6 +133,8 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
                                  "(this sample's contribution)")
                 continue
             use, kind = uses[name], roles[name].kind
+            sl = parent.slice
+            use.subscripts.add(len(sl.elts) if isinstance(sl, ast.Tuple) else 1)
             if own:
                 use.index_dims = max(use.index_dims, dims)
             else:
@@ -152,6 +156,7 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
             refuse(node, f"cell {name!r} may only be written as {name}[{idx}] = value")
         use, kind = uses[name], roles[name].kind
         use.own_only = False
+        use.opaque = True
         if kind == "In":
             use.reads_other = True
         else:

@@ -106,10 +106,18 @@ def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=
         if v.ndim not in (1, 2):
             raise ValueError(f"plane {name!r} of kernel {k!r} has {v.ndim} dimensions; a plane is (n,) "
                              "or (n, w), samples first")
+        if getattr(v, "dtype", np.dtype(np.float64)).kind not in "biufc":
+            raise TypeError(f"plane {name!r} of kernel {k!r} holds {v.dtype} values: a plane holds numbers "
+                            "(bool, integers, floats or complex)")
         use = plugin.plane_uses.get(name)
-        if use is not None and use.index_dims == 2 and v.ndim != 2:
-            raise ValueError(f"plane {name!r} of kernel {k!r} is indexed as {name}[i, k] and must be "
-                             f"(n, w), but it has shape {tuple(v.shape)}")
+        if use is not None and not use.opaque and use.subscripts:
+            if 2 in use.subscripts and v.ndim != 2:
+                raise ValueError(f"plane {name!r} of kernel {k!r} is indexed as {name}[i, k] and must be "
+                                 f"(n, w), but it has shape {tuple(v.shape)}")
+            if use.subscripts == {1} and v.ndim != 1:
+                raise ValueError(f"plane {name!r} of kernel {k!r} is indexed as {name}[i] (one value per "
+                                 f"sample) and must be (n,), but it has shape {tuple(v.shape)}; pass a 1-D "
+                                 f"plane, or index it {name}[i, k]")
         if kind in OUTPUT_KINDS:
             _check_output(k, name, role, v, gathered)
         values[name] = v

@@ -193,3 +193,22 @@ def test_params_named_like_builtins_on_the_device(tmp_path):
     got = json.loads(done.stdout.strip().splitlines()[-1])
     x = np.arange(100.0)
     assert got["y"] == (x * 2.0 + 1.0 - 0.5).tolist() and got["total"] == math.fsum(x)
+
+
+# --- planes numba cannot type: refused by bind, naming the plane --------------------------------------
+@eagle.kernel
+def doubled(i, x: In, y: Out):
+    y[i] = 2.0 * x[i]
+
+
+def test_a_two_dimensional_plane_indexed_as_one_value_per_sample():
+    x, y = np.ones((6, 2)), np.full(6, 3.0)
+    with pytest.raises(ValueError, match=re.escape("plane 'x' of kernel 'doubled' is indexed as x[i] (one value "
+                                                   "per sample) and must be (n,), but it has shape (6, 2)")):
+        eplan.plan(doubled, structure=eexec.HostTeam).run(x=x, y=y)
+    assert same_bits(y, np.full(6, 3.0))
+
+
+def test_an_object_plane():
+    with pytest.raises(TypeError, match="plane 'x' of kernel 'doubled' holds object values"):
+        eplan.plan(doubled, structure=eexec.HostTeam).run(x=np.array([object()] * 4))
