@@ -11,6 +11,7 @@ import pytest
 
 import eagle
 import eagle.exec as eexec
+import eagle.host
 from eagle import Cell, In, Mutable, Out
 from eagle import plan as eplan
 from tests.kernels import CASES, axpb, histogram, inputs, oscillator, picky, reductions, same_bits, vectors
@@ -354,6 +355,89 @@ def test_access_may_not_narrow_what_the_body_does():
             "access='mapreduce'", "every output to be a Cell")
     refused(ValueError, lambda: eagle.deploy(eagle.kernel(axpb.fn, access="everything")), "'axpb'",
             "unknown access 'everything'")
+
+
+# --- names the body uses: defined, and helpers not nested too deep ----------------------------
+
+@eagle.kernel
+def uses_undefined(i, x: In, y: Out):
+    y[i] = x[i] * NOT_DEFINED_ANYWHERE  # noqa: F821 - the refusal under test
+
+
+def _scaled_by_undefined(v):
+    return v * ALSO_NOT_DEFINED  # noqa: F821 - the refusal under test
+
+
+@eagle.kernel
+def helper_uses_undefined(i, x: In, y: Out):
+    y[i] = _scaled_by_undefined(x[i])
+
+
+def test_an_undefined_name_in_the_body_is_refused_at_deploy(monkeypatch):
+    refused(NameError, lambda: eagle.deploy(uses_undefined), "kernel 'uses_undefined'",
+            "'NOT_DEFINED_ANYWHERE'", "not defined where the kernel is")
+    # defined before deploy, it is frozen like any module-level number
+    monkeypatch.setitem(globals(), "NOT_DEFINED_ANYWHERE", 2.5)
+    x = np.arange(5.0)
+    assert same_bits(host(uses_undefined).run(x=x), x * 2.5)
+
+
+def test_an_undefined_name_in_a_helper_is_refused_naming_the_helper():
+    refused(NameError, lambda: eagle.deploy(helper_uses_undefined), "kernel 'helper_uses_undefined'",
+            "'ALSO_NOT_DEFINED'", "not defined where helper '_scaled_by_undefined' is")
+
+
+def _helper_chain(tmp_path, monkeypatch, depth):
+    """A module with a kernel calling helpers ``h0 -> h1 -> ... -> h{depth-1}`` (plain functions,
+    compiled from source with the kernel); each adds 1.0, so the kernel computes x + depth."""
+    name = f"helper_chain_{depth}"
+    lines = ["import eagle", "from eagle import In, Out", ""]
+    for k in range(depth):
+        inner = f"h{k + 1}(v)" if k + 1 < depth else "v"
+        lines += [f"def h{k}(v):", f"    return {inner} + 1.0", ""]
+    lines += ["@eagle.kernel", "def deep(i, x: In, y: Out):", "    y[i] = h0(x[i])", ""]
+    (tmp_path / f"{name}.py").write_text("\n".join(lines))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return __import__(name).deep
+
+
+def test_helpers_nested_too_deep_are_refused_at_deploy(tmp_path, monkeypatch):
+    from eagle.freeze import MAX_HELPER_DEPTH as MAX
+    x = np.arange(6.0)
+    fine = _helper_chain(tmp_path, monkeypatch, MAX)
+    assert same_bits(host(fine).run(x=x), x + MAX)
+    deep = _helper_chain(tmp_path, monkeypatch, MAX + 2)
+    msg = refused(ValueError, lambda: eagle.deploy(deep), "kernel 'deep'",
+                  f"helper functions nest more than {MAX} deep", "(at 'h")
+    at = int(msg.split("(at 'h")[1].split("'")[0])
+    assert MAX <= at <= MAX + 1, msg                      # a helper beyond the limit, of this chain
+
+
+# --- the thread team ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value, rule", [("abc", "is not a number of threads"),
+                                         ("0", "a team has at least one thread"),
+                                         ("-2", "a team has at least one thread"),
+                                         ("1.5", "is not a number of threads")])
+def test_a_bad_eagle_num_threads_is_refused_before_anything_runs(value, rule, monkeypatch):
+    monkeypatch.setenv("EAGLE_NUM_THREADS", value)
+    with pytest.raises(ValueError, match=rule):
+        eagle.host.num_threads()
+    x, y = np.arange(50.0), np.full(50, 3.0)
+    refused(ValueError, lambda: host(axpb).run(x=x, a=1.0, b=2.0, y=y), f"EAGLE_NUM_THREADS={value!r}", rule,
+            arrays=[x, y])
+    d = inputs("histogram", 40)                              # one thread whatever the team: refused too
+    refused(ValueError, lambda: host(histogram).run(**d), f"EAGLE_NUM_THREADS={value!r}", rule,
+            arrays=[d["x"]])
+
+
+def test_eagle_num_threads_unset_or_empty_is_every_cpu(monkeypatch):
+    monkeypatch.delenv("EAGLE_NUM_THREADS", raising=False)
+    assert eagle.host.num_threads() == eagle.host.cpu_count() >= 1
+    monkeypatch.setenv("EAGLE_NUM_THREADS", "")
+    assert eagle.host.num_threads() == eagle.host.cpu_count()
+    monkeypatch.setenv("EAGLE_NUM_THREADS", "3")
+    assert eagle.host.num_threads() == 3
 
 
 # --- not refused: no samples -------------------------------------------------------------------
