@@ -7,8 +7,9 @@
   numba loop on the same cluster;
 * ``device_kernel`` and ``dask_partition+cuda`` (dask-cuda workers) where an NVIDIA GPU is present.
 
-An arm whose structure is not available (not implemented, not installed, no GPU) gives one row
-``skipped: <reason>``; an arm that fails gives ``failed: <error>``.  Nothing here raises.
+An arm whose structure is not available (not installed: an ``ImportError``; no GPU: ``gpu_reason``)
+gives one row ``skipped: <reason>``; an arm that fails -- any other error -- gives
+``failed: <error>``.  Nothing here raises.
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ from .measure import Case, measure, median, spread
 from .report import Row, skipped
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-UNAVAILABLE = (NotImplementedError, ImportError, AttributeError)
+#: what makes an arm unavailable rather than failed: its packages are not installed
+UNAVAILABLE = (ImportError,)
 
 
 @contextlib.contextmanager
@@ -210,7 +212,7 @@ def _mpi_job(cases, size, timeout):
 # -- Dask -----------------------------------------------------------------------------------
 
 def dask_partition():
-    """``eagle_dask.DaskPartition``, or raise ImportError/AttributeError saying why not."""
+    """``eagle_dask.DaskPartition``, or raise ImportError saying why not."""
     import eagle_dask
     return eagle_dask.DaskPartition
 
@@ -220,12 +222,12 @@ def start_cluster(workers: int):
     with threads(1):                                  # workers inherit EAGLE_NUM_THREADS=1
         try:
             import eagle_dask
-            return eagle_dask.local_cluster(n_workers=workers, threads_per_worker=1), "eagle_dask.local_cluster"
-        except UNAVAILABLE:
+        except UNAVAILABLE:                           # the map_blocks arm runs without eagle_dask
             from distributed import Client, LocalCluster
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                                    dashboard_address=None, silence_logs=logging.ERROR)
-            return Client(cluster), "distributed.LocalCluster (eagle_dask.local_cluster unavailable)"
+            return Client(cluster), "distributed.LocalCluster (eagle_dask not importable)"
+        return eagle_dask.local_cluster(n_workers=workers, threads_per_worker=1), "eagle_dask.local_cluster"
 
 
 def _overhead(run, case, tiny_n, runs=3):
@@ -264,10 +266,8 @@ def _split_note(over, total, tiny_n):
 
 def dask_partition_arm(case: Case, client, workers: int, inner=None, arm="dask_partition", reference=None) -> Row:
     def body():
-        DP = dask_partition()
         plugin = case.spec.plugin
-        on = DP.on(client, progress=False)
-        structure = on if isinstance(on, eexec.Structure) else DP
+        structure = dask_partition().on(client, progress=False)
         p = eplan.plan(plugin, structure=structure, inner=inner or eexec.HostTeam)
 
         def run(planes):
@@ -316,12 +316,18 @@ def _map_blocks_run(case: Case, client, workers: int):
             r = x.map_blocks(K.mapreduce_block, dtype=float, chunks=((1,) * x.numblocks[0], (2,)), new_axis=1)
             r = client.compute(r, sync=True)
             return {"total": np.float64(r[:, 0].sum()), "peak": np.float64(r[:, 1].max())}
-        raise NotImplementedError(f"no map_blocks form for kernel {name!r}")
+        raise ValueError(f"no map_blocks form for kernel {name!r}")
     return run
+
+
+#: the kernels ``_map_blocks_run`` writes with dask.array
+MAP_BLOCKS = ("stream", "oscillator", "stencil", "mapreduce")
 
 
 def map_blocks_arm(case: Case, client, workers: int) -> Row:
     arm = "dask map_blocks"
+    if case.kernel not in MAP_BLOCKS:
+        return skipped(case.kernel, arm, workers, case.n, "no map_blocks form")
 
     def body():
         run = _map_blocks_run(case, client, workers)
@@ -411,9 +417,13 @@ def gpu_arms(cases: list[Case]) -> list[Row]:
     try:
         import dask_cuda  # noqa: F401
         import eagle_dask
-        client = eagle_dask.local_cluster()
-    except Exception as e:  # noqa: BLE001
+    except UNAVAILABLE as e:
         return rows + [skipped(c.kernel, "dask_partition+cuda", 1, c.n, _why(e)) for c in cases]
+    try:
+        client = eagle_dask.local_cluster()
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return rows + [Row(c.kernel, "dask_partition+cuda", 1, c.n, identical="no",
+                           note=f"failed: cluster start: {_why(e)}") for c in cases]
     try:
         from eagle_dask.ranks import scheduler_workers
         w = len(scheduler_workers(client))

@@ -42,3 +42,53 @@ def test_smoke_run_writes_the_table(tmp_path):
             (r,) = [r for r in rows if r["kernel"] == k and r["arm"] == arm]
             assert r["identical"] == "yes", r
     assert not any(r["note"].startswith("failed") for r in rows), [r for r in rows if "failed" in r["note"]]
+
+
+def test_only_a_missing_package_skips_an_arm():
+    """ImportError is "not installed" (skipped); anything else -- NotImplementedError and
+    AttributeError included, which once stood for "not implemented yet" -- is a failure."""
+    import types
+
+    from benchmarks import arms
+    case = types.SimpleNamespace(kernel="stream", n=10)
+
+    def raising(exc):
+        def body():
+            raise exc
+        return body
+
+    row = arms._guard(case, "some arm", 1, raising(ImportError("No module named 'dask_cuda'")))
+    assert row.note == "skipped: ImportError: No module named 'dask_cuda'", row
+    for exc in (NotImplementedError("not yet"), AttributeError("no DaskPartition"), RuntimeError("boom")):
+        row = arms._guard(case, "some arm", 1, raising(exc))
+        assert row.note == f"failed: {type(exc).__name__}: {exc}" and row.identical == "no", row
+
+
+_MPI_JOB_REFUSED = """
+import json, sys
+import eagle.plan
+exc = {"import": ImportError("No module named 'mpi4py'"), "other": NotImplementedError("not yet")}[sys.argv[1]]
+def refuse(*args, **kwargs):
+    raise exc
+eagle.plan.plan = refuse
+from benchmarks import mpi_job
+mpi_job.main(json.dumps([["stream", 100, 1, 1], ["stencil", 100, 1, 1]]), sys.argv[2])
+"""
+
+
+def test_the_mpi_job_skips_only_when_rank_partition_cannot_be_imported(tmp_path):
+    """benchmarks.mpi_job alone (one rank): a plan that cannot be imported skips the job; any
+    other plan error is each case's error (a failed row), never a skip."""
+    import json
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    reports = {}
+    for kind in ("import", "other"):
+        out = tmp_path / f"{kind}.json"
+        proc = subprocess.run([sys.executable, "-c", _MPI_JOB_REFUSED, kind, str(out)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        reports[kind] = json.loads(out.read_text())
+    assert reports["import"] == {"skipped": "ImportError: No module named 'mpi4py'"}
+    assert "skipped" not in reports["other"]
+    assert reports["other"]["cases"] == [{"kernel": k, "n": 100, "error": "NotImplementedError: not yet"}
+                                         for k in ("stream", "stencil")]
