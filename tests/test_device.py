@@ -275,25 +275,85 @@ def test_gpu_check_script_is_valid():
     assert g.stream is eagle.models.axpb and eagle.deploy(g.oscillator).cells == {"energy": "sum"}
 
 
+@eagle.kernel(fma=True)
+def fused_axpb(i, x: eagle.In, y: eagle.Out):
+    y[i] = 2.0 * x[i] + 1.0
+
+
+class _LaunchThatCompiles:
+    """Stands in for the launch kernel numba compiles lazily at its first launch: calling it
+    compiles, i.e. reaches ``nvvm.compile_ir`` through the module attribute as numba does."""
+
+    def __init__(self, nvvm, raises=None):
+        self.nvvm, self.raises = nvvm, raises
+
+    def __getitem__(self, config):
+        return self
+
+    def __call__(self, *args):
+        self.nvvm.compile_ir("launch kernel ir", opt=3)
+        if self.raises is not None:
+            raise self.raises
+
+
 def test_nvvm_gets_fma_off_unless_declared(monkeypatch):
-    """Where cuda.jit has no fma= switch, compilations eagle starts pass NVVM fma=0 (fma=True: untouched)."""
+    """eagle's own launch path (DeviceEntry.run_partition inside no_contraction, with the hook
+    _install_nvvm_hook puts on numba's nvvm.compile_ir) passes NVVM fma=False for a kernel not
+    declared fma=True, and nothing else: not for fma=True, not outside eagle's launches, not with
+    fastmath, not over an fma the caller chose, not in another thread.  No GPU is needed: the
+    launch kernel is a stand-in that compiles when called, and NVVM a recorder."""
+    import threading
+    import types
+
+    from eagle import device as edev
     from eagle import device_codegen as dc
-    if dc.jit_accepts("fma"):
-        pytest.skip("this numba's cuda.jit takes fma= itself")
-    from numba.cuda.cudadrv import nvvm
-    seen = []
-    monkeypatch.setattr(nvvm, "compile_ir", lambda ir, **opts: seen.append(opts))
-    plain = eagle.deploy(CASES["axpb"][0])
-
-    @eagle.kernel(fma=True)
-    def fused(i, x: eagle.In, y: eagle.Out):
-        y[i] = 2.0 * x[i] + 1.0
-
-    with dc.no_contraction(plain):
-        nvvm.compile_ir("ir", opt=3)
-    with dc.no_contraction(eagle.deploy(fused)):
-        nvvm.compile_ir("ir", opt=3)
-    nvvm.compile_ir("ir", opt=3)                       # not eagle's compilation
-    assert seen == [{"opt": 3, "fma": False}, {"opt": 3}, {"opt": 3}]
+    nvvm = pytest.importorskip("numba.cuda.cudadrv.nvvm",
+                               reason="numba's CUDA target is not installed: no NVVM entry for eagle to hook")
+    plain, fused = eagle.deploy(CASES["axpb"][0]), eagle.deploy(fused_axpb)
     assert "contraction: off" in dc.device_source(plain)
-    assert "contraction: on" in dc.device_source(eagle.deploy(fused))
+    assert "contraction: on" in dc.device_source(fused)
+    if dc.jit_accepts("fma"):
+        # this numba's cuda.jit takes fma= itself: eagle passes it there and leaves NVVM alone
+        assert "fma=False" in dc.launch_options(plain) and "fma=True" in dc.launch_options(fused)
+        with dc.no_contraction(plain):
+            assert not getattr(nvvm.compile_ir, "_eagle_hook", False)
+        return
+    assert "fma=" not in dc.launch_options(plain)
+    seen = []
+
+    def recorder(llvmir, **options):
+        seen.append((threading.current_thread().name, dict(options)))
+        return b"ptx"
+    monkeypatch.setattr(nvvm, "compile_ir", recorder)       # restored (without eagle's hook) afterwards
+    monkeypatch.setattr(edev, "cuda_module", lambda: types.SimpleNamespace(synchronize=lambda: None))
+
+    def launch(plugin, raises=None):
+        entry = edev.DeviceEntry(plugin)
+        entry._module = types.SimpleNamespace(_eagle_launch=_LaunchThatCompiles(nvvm, raises))
+        entry.run_partition([], 0, 10, 0, 0)
+
+    launch(plain)
+    assert getattr(nvvm.compile_ir, "_eagle_hook", False), "no_contraction did not hook numba's compile_ir"
+    hooked = nvvm.compile_ir
+    launch(fused)
+    nvvm.compile_ir("not eagle's", opt=3)
+    launch(plain)
+    assert nvvm.compile_ir is hooked, "the hook was installed twice"
+    main = threading.current_thread().name
+    assert seen == [(main, {"opt": 3, "fma": False}), (main, {"opt": 3}), (main, {"opt": 3}),
+                    (main, {"opt": 3, "fma": False})]
+
+    del seen[:]
+    with dc.no_contraction(plain):
+        nvvm.compile_ir("ir", opt=3, fastmath=True)           # fastmath asked for: left alone
+        nvvm.compile_ir("ir", opt=3, fma=True)                # an explicit choice: kept
+        other = threading.Thread(target=nvvm.compile_ir, args=("ir",), kwargs={"opt": 3}, name="other")
+        other.start()
+        other.join()                                          # another thread's compilation: untouched
+    assert seen == [(main, {"opt": 3, "fastmath": True}), (main, {"opt": 3, "fma": True}), ("other", {"opt": 3})]
+
+    del seen[:]
+    with pytest.raises(ValueError, match=r"boom.*kernel 'axpb'"):
+        launch(plain, raises=ValueError("boom"))
+    nvvm.compile_ir("after a failed launch", opt=3)           # the switch is off again
+    assert seen == [(main, {"opt": 3, "fma": False}), (main, {"opt": 3})]
