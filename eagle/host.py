@@ -20,8 +20,9 @@ from .access import CROSS_SAMPLE_WRITE
 from .bounds import index_error, new_record, raised_record
 from .codegen import load_module
 from .errors import kernel_error
-from .host_codegen import host_source
+from .host_codegen import host_source, simd_source
 from .lanes import choose
+from .simd import choose as simd_choose, refusal as simd_refusal
 from .rows import ROW, check_row_start, identity_rows, row_span
 
 _ENTRIES = {}
@@ -77,11 +78,26 @@ def tiles(start: int, stop: int, threads: int, rows: bool) -> list[tuple[int, in
 class HostEntry:
     """The compiled host loop of one plugin (one per process, keyed by the plugin's hash)."""
 
-    def __init__(self, plugin, lanes: int | None = None):
-        """``lanes``: samples run in lockstep (``eagle.lanes``); None lets eagle choose
-        (``EAGLE_HOST_LANES`` forces it), 1 runs one sample at a time."""
+    def __init__(self, plugin, lanes: int | None = None, simd=None):
+        """``lanes``: samples run in lockstep by the laned loop (``eagle.lanes``); None lets eagle
+        choose (``EAGLE_HOST_LANES`` forces it), 1 runs one sample at a time.  ``simd``: None lets
+        eagle choose the vectorised loop (``eagle.simd``; ``EAGLE_HOST_SIMD``), False never takes
+        it, an ``eagle.simd.Options`` takes it with that tile, vector width and unroll.  A lane
+        count given here runs the laned loop.
+
+        ``path`` is what runs: ``"simd"``, ``"lanes"`` or ``"one"`` (one sample at a time);
+        ``simd_reason`` why the vectorised loop does not (None when it does); ``lanes`` the samples
+        in lockstep (a tile for ``"simd"``) and ``lanes_reason`` why one at a time."""
         self.plugin = plugin
-        self._load(*choose(plugin, lanes))
+        self.simd, self.simd_reason = simd_choose(plugin, lanes, simd)
+        if self.simd is not None:
+            self._load_simd()
+        else:
+            self._load(*choose(plugin, lanes))
+
+    @property
+    def path(self) -> str:
+        return "simd" if self.simd is not None else "lanes" if self.lanes > 1 else "one"
 
     def _load(self, lanes, reason):
         self.lanes, self.lanes_reason = lanes, reason
@@ -89,16 +105,31 @@ class HostEntry:
         self.module = load_module("host", self.plugin, self.source)
         self.tile = self.module._eagle_tile
 
+    def _load_simd(self):
+        self.source = simd_source(self.plugin, self.simd)
+        self.module = load_module("host", self.plugin, self.source)
+        self.tile = self.module._eagle_tile
+        self.lanes, self.lanes_reason = self.module.TILE_WIDTH, None
+
     def _compile(self, start, po, args, r0):
-        """Compile the tile for these argument types; a laned body numba cannot compile falls
-        back to one sample at a time (whose own error, if any, is the kernel's)."""
-        try:
+        """Compile the tile for these argument types.  A vectorised loop numba cannot compile
+        falls back to the laned loop, a laned body to one sample at a time (whose own error, if
+        any, is the kernel's)."""
+        def attempt():
             self.tile(start, start, po, np.full(1, -1, np.int64), *args, new_record()[0], r0)
+        if self.simd is not None:
+            try:
+                return attempt()
+            except NumbaError as e:
+                self.simd, self.simd_reason = None, simd_refusal(e)
+                self._load(*choose(self.plugin))
+        try:
+            attempt()
         except NumbaError as e:
             if self.lanes == 1:
                 raise
             self._load(1, f"the laned body did not compile ({type(e).__name__})")
-            self.tile(start, start, po, np.full(1, -1, np.int64), *args, new_record()[0], r0)
+            attempt()
 
     def run(self, values: dict, start: int, stop: int, po: int = 0, threads: int | None = None) -> dict:
         """Run samples ``[start, stop)``; planes in ``values`` start at sample ``po``.

@@ -5,6 +5,11 @@
 time; a kernel with cells walks its tile row by row (``eagle.rows.row_loop_lines``).  ``prog``
 records the sample a kernel that raises is at; ``_eagle_err`` is the tile's bounds record
 (``eagle.bounds``).
+
+``simd_source`` builds the vectorised form instead (``eagle.simd``): tiles of ``Options.tile``
+samples through ``_eagle_simd``, whose state lives in tile arrays typed by the witness; cells are
+written into a tile buffer, copied row by row into the row scratch and folded by the same
+``row_loop_lines``.
 """
 from __future__ import annotations
 
@@ -12,7 +17,8 @@ from . import __version__
 from .bounds import AT, ERR
 from .codegen import body_call_args, body_function, body_raises, globals_source, jit_options
 from .lanes import lanes_function
-from .rows import BUILTIN_ALIASES, RANGE, ROW, row_loop_lines
+from .rows import BUILTIN_ALIASES, RANGE, ROW, row_loop_lines, scratch_name
+from .simd import ALIASES as SIMD_ALIASES, MIN as SMIN, RANGE as SRANGE, Options, build as simd_build
 
 TRACK = "_eagle_prog[0] = _eagle_i"
 
@@ -84,13 +90,17 @@ def simd_source(plugin, opts: Options) -> str:
         "import numpy as _eagle_np",
         "from numba import njit as _eagle_njit",
         "from eagle.rows import row_partial as _eagle_row_partial",
+        f"from eagle.bounds import at as {AT}",
         "import eagle.simd as _eagle_simd_rt",
+        BUILTIN_ALIASES,
+        SIMD_ALIASES,
+        f"TILE_WIDTH = {T}",
         globals_source(plugin),
         "",
         *([jit, built.witness, ""] if built.witness else []),
         jit, built.function, "",
         jit,
-        f"def _eagle_tile(_eagle_start, _eagle_stop, _eagle_po, _eagle_prog, {args}, _eagle_row0):",
+        f"def _eagle_tile(_eagle_start, _eagle_stop, _eagle_po, _eagle_prog, {args}, {ERR}, _eagle_row0):",
     ]
     ind = "    "
     if opts.vector == 512:
@@ -100,7 +110,7 @@ def simd_source(plugin, opts: Options) -> str:
     call_args = ", ".join(bufs.get(name, name) for _, name in plugin.arg_spec)
     if built.witness:
         out += [f"{ind}if _eagle_stop < _eagle_start:        # never: it only gives the state its types",
-                f"{ind}    _eagle_w = _eagle_witness(_eagle_start, {call_args}, _eagle_po, 0)"]
+                f"{ind}    _eagle_w = _eagle_witness(_eagle_start, {call_args}, {ERR}, _eagle_po, 0)"]
     extra = []
     for v, caps in built.slots:
         out.append(f"{ind}{v}__eagle_t = _eagle_np.empty({T}, _eagle_np.asarray(_eagle_w[{caps[0]}]).dtype)")
@@ -112,21 +122,21 @@ def simd_source(plugin, opts: Options) -> str:
     tail = "".join(f", {e}" for e in extra)
 
     def call(b, n):
-        return f"_eagle_simd({b}, {n}, {call_args}, _eagle_po, 0{tail})"
+        return f"_eagle_simd({b}, {n}, {call_args}, {ERR}, _eagle_po, 0{tail})"
 
     if not plugin.cells:
         out += [f"{ind}_eagle_b = _eagle_start",
                 f"{ind}while _eagle_b < _eagle_stop:",
-                f"{ind}    _eagle_e = min(_eagle_b + {T}, _eagle_stop)",
+                f"{ind}    _eagle_e = {SMIN}(_eagle_b + {T}, _eagle_stop)",
                 f"{ind}    {call('_eagle_b', '_eagle_e - _eagle_b')}",
                 f"{ind}    _eagle_b = _eagle_e"]
     else:
         def samples(ind2, r, e):
             lines = [f"{ind2}if {r} >= _eagle_te:                # the next tile: its cells into the buffers",
                      f"{ind2}    _eagle_tb = {r}",
-                     f"{ind2}    _eagle_te = min({r} + {T}, _eagle_stop)",
+                     f"{ind2}    _eagle_te = {SMIN}({r} + {T}, _eagle_stop)",
                      f"{ind2}    {call('_eagle_tb', '_eagle_te - _eagle_tb')}",
-                     f"{ind2}for _eagle_j in range({r}, {e}):"]
+                     f"{ind2}for _eagle_j in {SRANGE}({r}, {e}):"]
             return lines + [f"{ind2}    {scratch_name(c)}[_eagle_j - {r}] = {bufs[c]}[_eagle_j - _eagle_tb]"
                             for c in plugin.cells]
         out += [f"{ind}_eagle_tb = _eagle_start", f"{ind}_eagle_te = _eagle_start"]

@@ -1,7 +1,9 @@
 """Host lanes (eagle.lanes): the laned host entry gives the bits of the one-at-a-time entry.
 
 The reference is ``HostEntry(plugin, lanes=1)``: the same generated module without the lane
-transform.  Every kernel of the core suite and the kernels below (per-sample ``while`` loops with
+transform; the laned entry is ``HostEntry(plugin, simd=False)`` (the vectorised loop, which the
+host entry takes where it can, is tested in ``tests/test_simd.py``).  Every kernel of the core
+suite and the kernels below (per-sample ``while`` loops with
 different trip counts per lane, nested per-sample ``if``/``else``, ``break``/``continue``, integer
 arithmetic, vector planes, cells) is run at partitions whose bases are not multiples of the lane
 count and at sample counts that are not multiples of it; results and cell row partials must match
@@ -204,9 +206,11 @@ def test_laned_bits_equal_one_at_a_time(name, n):
     p = eagle.deploy(kernel_of(name))
     assert p.host_lanes > 1, p.host_lanes_reason
     assert p.host_lanes_reason is None
-    laned, laned_rows = run_with(eagle.host.host_entry(p), name, n)
+    entry = HostEntry(p, simd=False)
+    assert entry.path == "lanes" and entry.lanes_reason is None, entry.lanes_reason
+    laned, laned_rows = run_with(entry, name, n)
     ref, ref_rows = run_with(HostEntry(p, lanes=1), name, n)
-    assert p.host_lanes > 1, p.host_lanes_reason          # still laned once compiled
+    assert entry.lanes > 1, entry.lanes_reason            # still laned once compiled
     assert same_bits(laned, ref)
     assert same_bits(laned_rows, ref_rows)
 
@@ -217,7 +221,7 @@ def test_laned_threads_and_plan(name):
     p = eagle.deploy(kernel_of(name))
     n = 4999
     ref, ref_rows = run_with(HostEntry(p, lanes=1), name, n, threads=1)
-    laned, laned_rows = run_with(eagle.host.host_entry(p), name, n, threads=2)
+    laned, laned_rows = run_with(HostEntry(p, simd=False), name, n, threads=2)
     assert same_bits(laned, ref) and same_bits(laned_rows, ref_rows)
     out = eagle.plan.plan(p, structure=HostTeam, npartitions=3).run(**planes_of(name, n))
     assert same_bits(as_dict(p, out), ref)
@@ -250,7 +254,7 @@ def laned_asm(plugin, name):
     from eagle.codegen import jit_options
     opts = eval(f"dict({jit_options(plugin)})")
     opts["cache"] = False
-    fn = numba.njit(**opts)(eagle.host.host_entry(plugin).module._eagle_body_lanes.py_func)
+    fn = numba.njit(**opts)(HostEntry(plugin, simd=False).module._eagle_body_lanes.py_func)
     bound = eagle.bind.bind(plugin, planes_of(name, 16))
     fn(0, *[np.zeros(32) if a in plugin.cells else bound.values[a] for _, a in plugin.arg_spec],
        eagle.bounds.new_record()[0], 0, 0)
