@@ -38,6 +38,7 @@ import time
 import numpy as np
 
 import eagle
+import eagle.bits
 from eagle import Cell, In, Out, Param
 from eagle.host import HostEntry
 from eagle.simd import host_has_avx512

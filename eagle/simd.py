@@ -77,9 +77,10 @@ MARK = "eagle:"                         # starts the message of a refusal raised
 
 
 class Options(NamedTuple):
-    """How the vectorised loop is built: samples per tile, vector bits, unroll of hoisted loops."""
+    """How the vectorised loop is built: samples per tile, vector bits (0: eagle chooses), unroll
+    of hoisted loops."""
     tile: int = TILE
-    vector: int = 512
+    vector: int = 0
     unroll: int = UNROLL
 
 
@@ -92,19 +93,22 @@ def host_has_avx512() -> bool:
 
 
 def default_options() -> Options:
+    """``EAGLE_HOST_VECTOR`` (256 or 512) forces the vector width; else eagle chooses per kernel:
+    512 bits where the CPU has AVX-512, except for a body with a masked loop, whose rounds ran
+    faster at 256 (benchmarks/simd.py)."""
     text = os.environ.get(VECTOR_ENV)
     if text:
         if text not in ("256", "512"):
             raise ValueError(f"{VECTOR_ENV}={text!r}: the vector width is 256 or 512 bits")
         return Options(vector=int(text))
-    return Options(vector=512 if host_has_avx512() else 256)
+    return Options()
 
 
 def check_options(opts: Options) -> Options:
     if opts.tile not in TILES:
         raise ValueError(f"tile={opts.tile!r}: one of {', '.join(map(str, TILES))} samples")
-    if opts.vector not in (256, 512):
-        raise ValueError(f"vector={opts.vector!r}: 256 or 512 bits")
+    if opts.vector not in (0, 256, 512):
+        raise ValueError(f"vector={opts.vector!r}: 256 or 512 bits (0: eagle chooses)")
     if not (isinstance(opts.unroll, int) and 1 <= opts.unroll <= 16):
         raise ValueError(f"unroll={opts.unroll!r}: 1 to 16")
     return opts
@@ -146,6 +150,7 @@ class Built(NamedTuple):
     witness: str         # ``_eagle_witness``: the body with its state captured ("" without state)
     function: str        # ``_eagle_simd(b, n, *args, po, co, *slots, *flags)``
     tile: int            # samples per tile
+    vector: int          # the vector width asked of LLVM (bits)
     slots: list          # (local, capture indices) for each state local, in call order
     flags: list          # names of the masked loops' active-flag arrays
 
@@ -286,24 +291,61 @@ class _Simd:
     def __init__(self, plugin, opts: Options):
         self.plugin, self.opts = plugin, opts
         fdef = ast.parse(body_function(plugin)).body[0]
-        self.fdef = fdef
-        self.lt = _Lanes(plugin, copy.deepcopy(fdef), 1)   # refuses what the lanes refuse
-        lt = self.lt
         if fdef.body and isinstance(fdef.body[-1], ast.Return) and fdef.body[-1].value is None:
             fdef.body.pop()
-        self.idx = lt.idx
-        self.args = [a for a in lt.args if a not in (ERR, PO, CO)]
-        self.planes, self.cells = lt.planes, set(plugin.cells)
-        clash = (self.planes | self.cells) & lt.local
-        if clash:
-            raise Refused(f"the body rebinds {sorted(clash)[0]!r}, which the vectorised loop does not handle")
-        self.uniform = lt.uniform
-        self.per_lane = lt.per_lane - {self.idx}
+        self.fdef = fdef
+        self._analyse()
+        self.hoisted = self._licm()
+        if self.hoisted:
+            self._analyse()                                 # the hoisted values are locals too
         self.items = self._build(fdef.body)
         self._state()
         self._check_state()
         self._loops = 0
         self.views = set()
+
+    def _analyse(self):
+        self.lt = lt = _Lanes(self.plugin, copy.deepcopy(self.fdef), 1)   # refuses what the lanes refuse
+        self.idx = lt.idx
+        self.args = [a for a in lt.args if a not in (ERR, PO, CO)]
+        self.planes, self.cells = lt.planes, set(self.plugin.cells)
+        clash = (self.planes | self.cells) & lt.local
+        if clash:
+            raise Refused(f"the body rebinds {sorted(clash)[0]!r}, which the vectorised loop does not handle")
+        self.uniform = lt.uniform
+        self.per_lane = lt.per_lane - {self.idx}
+
+    # -- loop-invariant per-sample values, computed once before their hoisted loop -----------------
+    def _licm(self) -> int:
+        """In a hoisted loop whose body is per-sample code, a subexpression of +, -, *, / on values
+        the loop does not assign (``dt * w * w`` in ``vi - dt * w * w * xi``: Python's left-to-right
+        grouping makes it a subtree) is computed once per sample before the loop, into a new local:
+        the same operations on the same values, so the same bits.  Returns how many."""
+        count = 0
+
+        def visit(block):
+            nonlocal count
+            out = []
+            for s in block:
+                if isinstance(s, (ast.If, ast.For, ast.While)):
+                    s.body = visit(s.body)
+                    s.orelse = visit(s.orelse)
+                if (isinstance(s, ast.For) and self._kind(s) == "loop" and s.body
+                        and all(self._kind(b) == "sample" for b in s.body)):
+                    fixed = _stores(s) | self.planes | self.cells
+                    found = []
+                    for b in s.body:
+                        _Invariant(self, fixed, found).visit(b)
+                    for name, expr in found:
+                        out.append(ast.Assign([ast.Name(name, ast.Store())], expr))
+                    count += len(found)
+                out.append(s)
+            return out
+
+        self._hoist_count = 0
+        self.fdef.body = visit(self.fdef.body)
+        ast.fix_missing_locations(self.fdef)
+        return count
 
     # -- cutting the body into items ------------------------------------------------------------
     def _kind(self, s):
@@ -451,9 +493,11 @@ class _Simd:
     def built(self) -> Built:
         witness = self._witness()
         self.tile = self.opts.tile if (self.state or self._has_loops()) else FLAT_TILE
+        masked = any(isinstance(it, tuple) and it[0] == "mwhile" for it in self._walk_items(self.items))
+        self.vector = self.opts.vector or (512 if host_has_avx512() and not masked else 256)
         flags = []
         body = self._emit(self.items, flags)
-        pre = [_stmt("_eagle_simd_rt.wide()")] if self.opts.vector == 512 else []
+        pre = [_stmt("_eagle_simd_rt.wide()")] if self.vector == 512 else []
         pre += [_stmt(f"{v}__eagle_v = {v}[{B} - {PO}:]") for v in sorted(self.views)]
         init = []
         for c, op in self.plugin.cells.items():
@@ -467,6 +511,7 @@ class _Simd:
         f = ast.parse(f"def _eagle_simd({', '.join(params)}):\n    pass").body[0]
         f.body = pre + body or [ast.Pass()]
         return Built(witness=witness, function=ast.unparse(ast.fix_missing_locations(f)), tile=self.tile,
+                     vector=self.vector,
                      slots=[(v, self.captures[v]) for v in self.state], flags=flags)
 
     def _has_loops(self):
@@ -582,6 +627,42 @@ class _Simd:
         return [self._loop([_stmt(f"{arr}[{S}] = True")]),
                 ast.While(ast.Constant(True), [_stmt(f"{left} = 0"), self._loop(step),
                                                ast.If(_expr(f"{left} == 0"), [ast.Break()], [])], [])]
+
+
+_PURE_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
+
+
+class _Invariant(ast.NodeTransformer):
+    """Replaces the maximal loop-invariant per-sample subexpressions of a hoisted loop's body by new
+    names (``_eagle_hK``), recording ``(name, expression)`` in ``found``."""
+
+    def __init__(self, t, fixed, found):
+        self.t, self.fixed, self.found = t, fixed, found
+
+    def _pure(self, e) -> bool:
+        if isinstance(e, ast.Constant):
+            return isinstance(e.value, (int, float)) and not isinstance(e.value, bool)
+        if isinstance(e, ast.Name):
+            t = self.t
+            return e.id not in self.fixed and (e.id in t.per_lane or e.id == t.idx or e.id in t.uniform
+                                               or e.id in t.lt.params or e.id in t.lt.consts)
+        if isinstance(e, ast.BinOp):
+            return isinstance(e.op, _PURE_OPS) and self._pure(e.left) and self._pure(e.right)
+        if isinstance(e, ast.UnaryOp):
+            return isinstance(e.op, ast.USub) and self._pure(e.operand)
+        return False
+
+    def _per_sample(self, e) -> bool:
+        return any(isinstance(n, ast.Name) and (n.id in self.t.per_lane or n.id == self.t.idx)
+                   for n in ast.walk(e))
+
+    def visit(self, node):
+        if (isinstance(node, (ast.BinOp, ast.UnaryOp)) and self._pure(node) and self._per_sample(node)):
+            self.t._hoist_count += 1
+            name = f"_eagle_h{self.t._hoist_count}"
+            self.found.append((name, node))
+            return ast.Name(name, ast.Load())
+        return super().visit(node)
 
 
 class _Index(ast.NodeTransformer):
