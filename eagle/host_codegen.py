@@ -116,6 +116,9 @@ def simd_source(plugin, opts: Options) -> str:
         out.append(f"{ind}{v}__eagle_t = _eagle_np.empty({T}, _eagle_np.asarray(_eagle_w[{caps[0]}]).dtype)")
         out += [f"{ind}_eagle_simd_rt.same_type({v!r}, _eagle_w[{caps[0]}], _eagle_w[{c}])" for c in caps[1:]]
         extra.append(f"{v}__eagle_t")
+    for v, size, dtype in built.arrays:
+        out.append(f"{ind}{v}__eagle_A = _eagle_np.empty(({size}, {T}), {dtype})")
+        extra.append(f"{v}__eagle_A")
     for f in built.flags:
         out.append(f"{ind}{f} = _eagle_np.empty({T}, _eagle_np.bool_)")
         extra.append(f)

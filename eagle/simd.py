@@ -153,6 +153,7 @@ class Built(NamedTuple):
     vector: int          # the vector width asked of LLVM (bits)
     slots: list          # (local, capture indices) for each state local, in call order
     flags: list          # names of the masked loops' active-flag arrays
+    arrays: list         # (local, size source, dtype source) for each per-sample array
 
 
 def build(plugin, opts: Options) -> Built:
@@ -432,19 +433,62 @@ class _Simd:
         self.exposed = exposed
 
     def _check_state(self):
-        """A state local must be a number: one assigned from a numpy call is an array."""
+        """A state local must be a number, or a per-sample array made once, at uniform control, by
+        ``np.empty/zeros/ones(size)`` (size a number or Params) and used only as ``buf[k]``: that
+        one lives in a ``(size, tile)`` array, the sample's own column its view.  Else: refused."""
         state = set(self.state)
         np_names = {g["name"] for g in self.plugin.frozen if g["kind"] == "module" and g["module"] == "numpy"}
+        parents = {}
         for node in ast.walk(self.fdef):
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
-                f = node.value.func
-                if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in np_names:
-                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    for t in targets:
-                        hit = _plain_targets(t) & state
-                        if hit:
-                            raise Refused(f"the per-sample array {sorted(hit)[0]!r} lives across a loop over the "
-                                          "tile, which the vectorised loop does not handle")
+            for child in ast.iter_child_nodes(node):
+                parents[child] = node
+        top = {id(st) for it in self._walk_items(self.items) if isinstance(it, _Seg) for st in it.stmts}
+        self.arrays = {}
+        for node in ast.walk(self.fdef):
+            if not (isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call)):
+                continue
+            f = node.value.func
+            if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in np_names):
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            hit = set().union(*(_plain_targets(t) for t in targets)) & state
+            if not hit:
+                continue
+            name = sorted(hit)[0]
+            spec = self._array_spec(node, name, f, np_names, parents, top)
+            if spec is None:
+                raise Refused(f"the per-sample array {name!r} lives across a loop over the tile, which the "
+                              "vectorised loop handles only when it is made once by np.empty/zeros/ones(size) "
+                              "and used as {name}[k]".replace("{name}", name))
+            self.arrays[name] = spec
+        self.state = [v for v in self.state if v not in self.arrays]
+
+    def _array_spec(self, node, name, f, np_names, parents, top):
+        """``(size source, dtype source, fill source or None)`` of a per-sample array, or None."""
+        call = node.value
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and id(node) in top and f.attr in ("empty", "zeros", "ones") and 1 <= len(call.args) <= 2):
+            return None
+        size = call.args[0]
+        dtype = call.args[1] if len(call.args) == 2 else None
+        for kw in call.keywords:
+            if kw.arg != "dtype" or dtype is not None:
+                return None
+            dtype = kw.value
+        if not self.lt._uniform_expr(size, set()):
+            return None
+        if dtype is not None and not (isinstance(dtype, ast.Attribute) and isinstance(dtype.value, ast.Name)
+                                      and dtype.value.id in np_names):
+            return None
+        binds = [n for n in ast.walk(self.fdef) if isinstance(n, ast.Name) and n.id == name]
+        for n in binds:
+            if isinstance(n.ctx, ast.Store):
+                if parents.get(n) is not node:
+                    return None                              # bound twice
+            elif not (isinstance(parents.get(n), ast.Subscript) and parents[n].value is n):
+                return None                                  # used other than as buf[k]
+        fill = {"empty": None, "zeros": "0", "ones": "1"}[f.attr]
+        return (ast.unparse(size), ast.unparse(dtype) if dtype is not None else "_eagle_np.float64", fill)
 
     # -- the witness: the one-at-a-time body with the state captured where it is read --------------
     def _witness(self):
@@ -463,7 +507,7 @@ class _Simd:
             return out
 
         for it in self._walk_items(self.items):
-            ex = self.exposed.get(id(it))
+            ex = self.exposed.get(id(it), set()) & set(self.state)
             if ex:
                 if isinstance(it, _Seg):
                     before.setdefault(id(it.stmts[0]), []).extend(capture(ex))
@@ -492,7 +536,7 @@ class _Simd:
     # -- emitting the vectorised function ------------------------------------------------------
     def built(self) -> Built:
         witness = self._witness()
-        self.tile = self.opts.tile if (self.state or self._has_loops()) else FLAT_TILE
+        self.tile = self.opts.tile if (self.state or self.arrays or self._has_loops()) else FLAT_TILE
         masked = any(isinstance(it, tuple) and it[0] == "mwhile" for it in self._walk_items(self.items))
         self.vector = self.opts.vector or (512 if host_has_avx512() and not masked else 256)
         flags = []
@@ -506,13 +550,14 @@ class _Simd:
             init.append(_stmt(f"{a}__eagle_t[{S}] = {a}"))
         if init:
             pre.append(self._loop(init))
-        slots = [f"{v}__eagle_t" for v in self.state]
+        slots = [f"{v}__eagle_t" for v in self.state] + [f"{v}__eagle_A" for v in sorted(self.arrays)]
         params = [B, N, *self.args, ERR, PO, CO, *slots, *flags]
         f = ast.parse(f"def _eagle_simd({', '.join(params)}):\n    pass").body[0]
         f.body = pre + body or [ast.Pass()]
         return Built(witness=witness, function=ast.unparse(ast.fix_missing_locations(f)), tile=self.tile,
                      vector=self.vector,
-                     slots=[(v, self.captures[v]) for v in self.state], flags=flags)
+                     slots=[(v, self.captures[v]) for v in self.state], flags=flags,
+                     arrays=[(v, *self.arrays[v][:2]) for v in sorted(self.arrays)])
 
     def _has_loops(self):
         return any(isinstance(it, tuple) and it[0] in ("loop", "mwhile") for it in self._walk_items(self.items))
@@ -536,11 +581,19 @@ class _Simd:
 
     # sample loops
     def _rewrite(self, stmts):
-        stmts = [copy.deepcopy(s) for s in stmts]
+        out = []
+        for st in stmts:
+            if (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                    and st.targets[0].id in self.arrays):
+                fill = self.arrays[st.targets[0].id][2]      # the array is its column's view (_head)
+                if fill is not None:
+                    out.append(_stmt(f"{st.targets[0].id}[:] = {fill}"))
+                continue
+            out.append(copy.deepcopy(st))
         r = _Index(self.idx, self.planes, self.cells)
-        stmts = [r.visit(s) for s in stmts]
+        out = [r.visit(st) for st in out]
         self.views |= r.views
-        return stmts
+        return out
 
     def _loop(self, body):
         return ast.For(ast.Name(S, ast.Store()), _expr(f"{RANGE}({N})"), body, [], None)
@@ -549,6 +602,7 @@ class _Simd:
         """The first lines of a sample's iteration: its index and its state."""
         out = [_stmt(f"{self.idx} = {B} + {S}")]
         out += [_stmt(f"{v} = {v}__eagle_t[{S}]") for v in sorted(names & set(self.state))]
+        out += [_stmt(f"{v} = {v}__eagle_A[:, {S}]") for v in sorted(names & set(self.arrays))]
         return out
 
     def _tail(self, names):
