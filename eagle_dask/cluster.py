@@ -50,19 +50,41 @@ def _owning_client(cluster):
     return OwningClient(cluster)
 
 
+def _count(value, what, allowed):
+    """``value`` as an int >= 1, or None; else a TypeError/ValueError that says what is allowed."""
+    from eagle.rows import is_count
+    if value is None:
+        return None
+    if not is_count(value):
+        raise TypeError(f"local_cluster({what}={value!r}): {what} is {allowed}, not a {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"local_cluster({what}={value!r}): {what} is {allowed}")
+    return int(value)
+
+
 def local_cluster(n_workers=None, threads_per_worker=None, **kwargs):
     """Start a cluster on this machine and return a ``Client`` that owns it.
 
     With dask-cuda and a GPU: ``LocalCUDACluster`` (one worker per GPU, one thread each).
     Otherwise a ``LocalCluster`` of processes: ``n_workers`` (default one per CPU) of
     ``threads_per_worker`` threads (default 1); each worker's eagle thread team takes that many
-    threads (``EAGLE_NUM_THREADS``).  Keyword arguments go to the cluster.  Scheduler, workers
-    and dashboard (its HTTP server, at a free port) listen on 127.0.0.1 unless
-    ``host=``/``dashboard_address=`` say otherwise.
+    threads (``EAGLE_NUM_THREADS``).  Both counts are integers >= 1 (or None); workers are
+    processes (``processes=False`` is refused).  Keyword arguments go to the cluster.
+    Scheduler, workers and dashboard (its HTTP server, at a free port) listen on 127.0.0.1
+    unless ``host=``/``dashboard_address=`` say otherwise.
     """
+    n_workers = _count(n_workers, "n_workers", "the number of worker processes: an integer >= 1, or None for "
+                                               "one per CPU (one per GPU with dask-cuda)")
+    threads = _count(threads_per_worker, "threads_per_worker", "the threads of each worker (and of its eagle "
+                                                               "thread team): an integer >= 1, or None for 1") or 1
+    processes = kwargs.pop("processes", True)
+    if processes is not True:
+        raise ValueError(f"local_cluster(processes={processes!r}): eagle's local cluster runs its workers as "
+                         "processes (each compiles the kernels once and runs its own thread team); for "
+                         "workers in this process, start distributed.LocalCluster(processes=False) yourself "
+                         "and pass structure=DaskPartition.on(Client(cluster))")
     kwargs.setdefault("host", LOOPBACK)
     kwargs.setdefault("dashboard_address", f"{LOOPBACK}:0")
-    threads = threads_per_worker or 1
     env = dict(kwargs.pop("env", None) or {})
     env.setdefault("EAGLE_NUM_THREADS", str(threads))
     if cuda_workers_available():

@@ -1,24 +1,105 @@
-"""The worker side of a Dask run: one rank's block of samples.
+"""The worker side of a Dask run: one block of samples.
 
-A task gets the plugin (it pickles by value), the inner structure, its rank and samples
+A task gets the plugin (it pickles by value), the inner structure, its block's samples
 ``[start, stop)``, the planes it needs and the Params.  Sliceable planes (the body touches them
 only as ``plane[i]``) arrive as their slice, indexed through one offset ``po = start``; every
 other plane arrives whole.  The task returns the output blocks for ``[start, stop)`` and the
 cells' row partials.  Compiled code is not shipped: ``plugin.host`` compiles (or loads from
 the disk cache) once per worker process and stays cached there, keyed by the plugin's hash.
+
+Two callers, one core (``_run``):
+
+* ``run_block`` -- a rank's block in the numpy mode (``DaskPartition`` submits one per rank);
+* ``run_chunk`` -- one block of the lazy mode (``eagle_dask.arrays``): its inputs are chunks of
+  dask arrays, owned by the worker's store.
+
+Every plane the kernel writes is copied before the kernel runs: a task's arguments are never
+modified.
+
+The plugin travels as a ``PluginRef`` (its manifest and source, plain data) and is made into a
+``Plugin`` once per worker process, in the task's thread, under one lock with the building of
+its compiled entry (``plugin_of``): both read the kernel's source with Python's ``ast``, which
+is not safe to use from two threads at once before CPython 3.12 (python/cpython#106905), and a
+worker unpickles the next task in its event loop while a task compiles.
+
+A block on the host runs in *pieces* of whole rows, each a ``run_range`` of the inner
+structure, sized to take about ``PIECE_SECONDS``; between pieces the task asks its worker
+whether it is still wanted, and stops when the client cancelled it (``Abandoned``), so an
+interrupted run does not keep the worker's threads busy.  Pieces start on rows and a cell's
+row partials are the concatenation of the pieces' rows, so the bits are those of one call.
 """
 from __future__ import annotations
 
 import collections
+import threading
+import time
 
 import numpy as np
 
 from eagle.errors import with_place
+from eagle.host import MIN_TILE, host_entry, num_threads
+from eagle.local import DeviceKernel, HostTeam
+from eagle.plugin import Plugin
 from eagle.roles import OUTPUT_KINDS
+from eagle.rows import ROW, fold
 
 #: what recent tasks of this worker received: (kernel, rank, start, stop, worker, {plane: length})
-#: -- a debugging record, read with ``client.run(eagle_dask.task.received)``
+#: -- a debugging record, read with ``client.run(eagle_dask.task.received)``; lazy blocks are
+#: recorded with the rank ``"block b"``
 RECEIVED = collections.deque(maxlen=256)
+
+#: the first piece of a host block on one thread (samples, whole rows), and the time a piece
+#: aims at once the first is measured
+FIRST_PIECE = 8 * ROW
+PIECE_SECONDS = 0.2
+
+
+_PLUGINS = {}
+_AST = threading.Lock()
+
+
+class PluginRef:
+    """A plugin as it travels to the workers: plain data, made into a ``Plugin`` by ``plugin_of``."""
+
+    __slots__ = ("manifest", "source", "key", "name")
+
+    def __init__(self, plugin):
+        self.manifest, self.source, self.key, self.name = plugin.manifest, plugin.source, plugin.key, plugin.name
+
+    def __getstate__(self):
+        return (self.manifest, self.source, self.key, self.name)
+
+    def __setstate__(self, state):
+        self.manifest, self.source, self.key, self.name = state
+
+    def __repr__(self):
+        return f"<eagle plugin {self.name} (ref)>"
+
+
+def plugin_of(ref, inner=None):
+    """The ``Plugin`` of ``ref`` in this process (built and checked once), its compiled entry for
+    ``inner`` built too -- both under one lock (see the module docstring)."""
+    if isinstance(ref, Plugin):
+        plugin = ref
+    else:
+        with _AST:
+            plugin = _PLUGINS.get(ref.key)
+            if plugin is None:
+                plugin = _PLUGINS[ref.key] = Plugin(ref.manifest, ref.source)
+    with _AST:
+        if inner is HostTeam:
+            host_entry(plugin)
+        elif inner is DeviceKernel:
+            try:
+                from eagle.device import device_entry
+                device_entry(plugin).source
+            except Exception:  # noqa: BLE001 - no GPU, no CUDA: the run itself says so, by name
+                pass
+    return plugin
+
+
+class Abandoned(Exception):
+    """The client released this task while it ran (a cancelled or interrupted run)."""
 
 
 def received():
@@ -29,39 +110,133 @@ def clear_received():
     RECEIVED.clear()
 
 
-def _worker_address():
+def _worker():
     try:
         from distributed import get_worker
-        return get_worker().address
+        return get_worker()
     except (ImportError, ValueError):
-        return "?"
+        return None
 
 
-def run_block(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device=None):
-    """Run rank ``rank``'s samples ``[start, stop)``; return (output blocks, row partials).
+def _worker_address():
+    w = _worker()
+    return w.address if w is not None else "?"
 
-    ``sliced``: sliceable planes, samples ``[start, stop)`` only.  ``whole``: the other planes
-    (shared by the tasks of this worker: outputs among them are copied before writing).
-    ``fresh``: Out planes to allocate here, ``{name: (width, dtype)}``.
-    """
+
+def still_wanted() -> bool:
+    """Whether the task this thread runs is still wanted by its worker (True outside a worker)."""
+    w = _worker()
+    if w is None:
+        return True
+    try:
+        from distributed.utils import thread_state
+        key = thread_state.key
+    except AttributeError:
+        return True
+    ts = w.state.tasks.get(key)
+    return ts is not None and ts.state not in ("cancelled", "released", "forgotten")
+
+
+def first_piece() -> int:
+    """Samples of a host block's first piece: a few rows on one thread; on a team of ``T``
+    threads, enough for the host engine to cut its ``4 T`` tiles (``eagle.host.tiles``), so
+    that pieces never run on fewer threads than one call would."""
+    threads = num_threads()
+    return FIRST_PIECE if threads == 1 else max(FIRST_PIECE, 4 * threads * MIN_TILE)
+
+
+def run_pieces(inner, plugin, values, start, stop, po=0, device=None, wanted=still_wanted):
+    """``inner.run_range`` over ``[start, stop)``, in pieces of whole rows on the host (see the
+    module docstring); returns each cell's row partials for the whole range."""
+    count = stop - start
+    size = first_piece() if inner is HostTeam else count
+    if count <= size:
+        return inner.run_range(plugin, values, start, stop, po=po, device=device)
+    parts, a = [], start
+    while a < stop:
+        b = min(a + size, stop)
+        t = time.perf_counter()
+        parts.append(inner.run_range(plugin, values, a, b, po=po, device=device))
+        spent = time.perf_counter() - t
+        a = b
+        if a < stop and not wanted():
+            raise Abandoned(f"kernel {plugin.name!r}: the block [{start}, {stop}) was released by the "
+                            f"client; stopped at sample {a}")
+        grow = 16.0 if spent <= 0 else min(16.0, max(1.0, PIECE_SECONDS / spent))
+        size = max(size, int(size * grow) // ROW * ROW)
+    return {c: np.concatenate([r[c] for r in parts]) for c in plugin.cells}
+
+
+def _run(plugin, inner, label, start, stop, n, sliced, whole, params, fresh, device):
+    """The core of a block: planes set up, the kernel run, (output blocks, row partials) returned.
+
+    Every plane the kernel writes is copied first: a task's arguments may be run again (a
+    task the worker is asked for again, a lazy block's chunks shared with other tasks), and
+    must be found as they were."""
+    plugin = plugin_of(plugin, inner)
     worker = _worker_address()
-    RECEIVED.append((plugin.name, rank, start, stop, worker,
+    RECEIVED.append((plugin.name, label, start, stop, worker,
                      {k: int(v.shape[0]) for k, v in {**(whole or {}), **sliced}.items()}))
     values = dict(params)
-    values.update(sliced)
     outputs = plugin.names(*OUTPUT_KINDS)
     sliceable = plugin.sliceable
+    for name, v in sliced.items():
+        values[name] = np.array(v, copy=True) if name in outputs else v
     for name, v in (whole or {}).items():
         values[name] = np.array(v, copy=True) if name in outputs else v
     for name, (width, dtype) in fresh.items():
         count = stop - start if name in sliceable else n
         values[name] = np.zeros((count,) if width is None else (count, width), dtype=dtype)
-    try:
-        rows = inner.run_range(plugin, values, start, stop, po=start, device=device)
-    except Exception as e:
-        raise with_place(e, plugin.name, f"rank {rank}, worker {worker}") from None
+    if stop > start:
+        try:
+            rows = run_pieces(inner, plugin, values, start, stop, po=start, device=device)
+        except Abandoned:
+            raise
+        except Exception as e:
+            where = label if isinstance(label, str) else f"rank {label}"
+            if worker != "?":
+                where += f", worker {worker}"
+            raise with_place(e, plugin.name, where) from None
+    else:
+        rows = {c: np.zeros((0, 2)) for c in plugin.cells}
     blocks = {}
     for name in outputs:
         v = np.asarray(values[name])
         blocks[name] = np.ascontiguousarray(v if name in sliceable else v[start:stop])
     return blocks, {c: np.asarray(r) for c, r in rows.items()}
+
+
+def run_block(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device=None):
+    """Run rank ``rank``'s samples ``[start, stop)``; return (output blocks, row partials).
+
+    ``sliced``: sliceable planes, samples ``[start, stop)`` only.  ``whole``: the other planes (shared by the tasks of this worker:
+    outputs among them are copied before writing).  ``fresh``: Out planes to allocate here,
+    ``{name: (width, dtype)}``.
+    """
+    return _run(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device)
+
+
+# -- the lazy mode's tasks ---------------------------------------------------------------------
+def run_chunk(plugin, inner, block, start, stop, n, sliced_names, sliced, whole_names, whole, params, fresh,
+              device=None):
+    """Block ``block`` (samples ``[start, stop)``) of a lazy run: ``sliced`` and ``whole`` are the
+    chunks and the assembled planes, in the order of their names; none of them is written."""
+    label = f"block {block} (samples [{start}, {stop}))"
+    return _run(plugin, inner, label, start, stop, n, dict(zip(sliced_names, sliced)),
+                dict(zip(whole_names, whole)), params, fresh, device)
+
+
+def pick_block(result, name):
+    """One output's block from a ``run_chunk`` result."""
+    return result[0][name]
+
+
+def pick_rows(result):
+    """The row partials of a ``run_chunk`` result (small: what the fold task receives)."""
+    return result[1]
+
+
+def fold_cell(op, name, rows):
+    """Fold a cell's row partials of every block, in block order, into a 0-d float64 array."""
+    parts = [r[name] for r in rows]
+    return np.asarray(fold(op, np.concatenate([np.zeros((0, 2))] + parts)))

@@ -1,0 +1,341 @@
+"""The numpy mode of a Dask run: one task per rank, the blocks gathered into the caller's planes.
+
+``EagerRun`` submits one task per rank that has samples, pinned to its worker *loosely*
+(``allow_other_workers=True``), and supervises them from the scheduler's own view until every
+block is back:
+
+* a finished block is written into the output planes at its offset, its row partials kept
+  by rank (``Plan.result`` folds them in fixed order);
+* a worker lost mid-block: the scheduler recomputes the block on a survivor (the slices ride
+  in the task; whole planes are scattered to every worker);
+* every worker that held a block lost and the nannies restarting them: the scheduler keeps
+  such a block in ``no-worker``, tied to the dead address even though the restriction is
+  loose.  A poll that finds a block there while the cluster has workers again resubmits it
+  to its rank's worker (by name), at most ``RESUBMITS`` times, re-scattering whole planes
+  that were lost with the workers;
+* a block that kills every worker that runs it ends as the scheduler's ``KilledWorker``
+  (``distributed.scheduler.allowed-failures``) or, resubmitted ``RESUBMITS`` times, as a
+  ``RuntimeError`` naming the kernel and the rank;
+* no worker at all for ``timeout`` seconds: ``TimeoutError``;
+* the client closed, or the run's futures cancelled: a ``RuntimeError`` naming the kernel;
+* any exception in the driver (``KeyboardInterrupt`` included) cancels the run's tasks; each
+  block stops at the end of its current piece (``eagle_dask.task.run_pieces``).
+
+Every wait is bounded by ``POLL`` seconds; between polls nothing but the scheduler is asked.
+
+The fixed cost of a run is mostly distributed's batching: the client sends to the scheduler
+at most every 10 ms, and the scheduler to a worker every 5 ms.  Releasing a finished run's
+futures at once puts a message on both streams just before the next run's tasks, which then
+wait behind it; so a finished run's futures are held (``Held``) and released right after the
+next run's tasks are submitted, or ``HOLD`` seconds after the run, whichever comes first.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+import warnings
+import weakref
+from concurrent.futures import CancelledError
+
+import numpy as np
+
+from eagle.bind import is_array
+from eagle.rows import split
+
+#: seconds between looks at the scheduler's view of the blocks while none comes back
+POLL = 0.5
+#: seconds a finished run's futures (its blocks, its scattered planes) stay held at most
+HOLD = 0.25
+#: seconds the first fetch of finished blocks may take (doubling at each retry, at most the
+#: structure's timeout), and the fetches a run tries before it gives up
+GATHER = 2.0
+GATHERS = 12
+#: times a block stuck on the address of a dead worker is resubmitted before the run gives up
+RESUBMITS = 2
+
+
+class Held:
+    """The futures of a client's last finished run, released with the next run's submission
+    (``release_after_submit``) or ``HOLD`` seconds later (see the module docstring)."""
+
+    _by_client = weakref.WeakKeyDictionary()
+    _lock = threading.Lock()
+
+    @classmethod
+    def hold(cls, client, futures):
+        with cls._lock:
+            old = cls._by_client.get(client)
+            cls._by_client[client] = futures
+        cls._release(old)
+        try:
+            client.loop.add_callback(client.loop.call_later, HOLD, cls._expire, weakref.ref(client), futures)
+        except Exception:  # noqa: BLE001 - a loop that is closing: release now
+            cls.release_after_submit(client)
+
+    @classmethod
+    def release_after_submit(cls, client):
+        with cls._lock:
+            old = cls._by_client.pop(client, None)
+        cls._release(old)
+
+    @classmethod
+    def _expire(cls, ref, futures):
+        client = ref()
+        if client is None:
+            return
+        with cls._lock:
+            if cls._by_client.get(client) is not futures:
+                return
+            del cls._by_client[client]
+        cls._release(futures)
+
+    @staticmethod
+    def _release(futures):
+        for f in futures or ():
+            try:
+                f.release()
+            except Exception:  # noqa: BLE001 - the client closed: nothing is held any more
+                pass
+
+
+class _Block:
+    __slots__ = ("rank", "part", "future", "address", "whole", "attempts")
+
+    def __init__(self, rank, part):
+        self.rank, self.part = rank, part
+        self.future = self.address = self.whole = None      # whole: the scattered planes it was given
+        self.attempts = 0
+
+
+class EagerRun:
+    """One numpy-mode run of ``plan`` on ``structure`` (a ``DaskPartition``)."""
+
+    def __init__(self, structure, plan, bound, device):
+        self.structure, self.plan, self.bound, self.device = structure, plan, bound, device
+        self.plugin = plan.plugin
+        self.name = plan.plugin.name
+
+    # -- setting up ----------------------------------------------------------------------
+    def run(self):
+        from .task import PluginRef, run_block
+        plugin, bound = self.plugin, self.bound
+        client = self.client = self.structure.get_client()
+        self.table = self.structure._ranks_now(client)
+        n = bound.n
+        parts = split(n, len(self.table), rows=bool(plugin.cells))
+        sliceable = plugin.sliceable
+        self.fresh = {name: (plugin.roles[name].width, plugin.roles[name].out_dtype)
+                      for name in plugin.names("Out") if name not in bound.supplied}
+        arrays = {k: v for k, v in bound.values.items() if is_array(v) and k not in self.fresh}
+        self.params = {k: v for k, v in bound.values.items() if not is_array(v)}
+        self.whole = {k: v for k, v in arrays.items() if k not in sliceable}
+        self.sliced = {k: v for k, v in arrays.items() if k in sliceable}
+        self.rows_of = [None] * len(parts)
+        self.blocks = [_Block(r, p) for r, p in enumerate(parts) if p.count]
+        if not self.blocks:
+            return self.structure._rows(plugin, self.rows_of)
+        self.task = run_block
+        self.ref = PluginRef(plugin)
+        self.tag = uuid.uuid4().hex[:12]
+        self.whole_f = None
+        self.bar = None
+        self._resubmitted = []
+        self._old_whole = []
+        self.failed_gathers = 0
+        try:
+            self._scatter()
+            with warnings.catch_warnings():
+                # the slices ride in the task on purpose (they survive a lost worker): not a graph to slim down
+                warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+                for b in self.blocks:
+                    self._submit(b, self.table[b.rank].address)
+            Held.release_after_submit(client)
+            if self.structure._progress_wanted():
+                from .progress import show_progress
+                self.bar = show_progress([b.future for b in self.blocks])
+            self._supervise()
+            if self.bar is not None:        # the bar counts the finished keys: release them after it ends
+                self.bar.join(timeout=10.0)
+        except BaseException:
+            self._cancel()
+            self._release()
+            raise
+        if HOLD > 0:
+            Held.hold(client, self._futures())
+        else:
+            self._release()
+        return self.structure._rows(plugin, self.rows_of)
+
+    def _scatter(self):
+        if self.whole:
+            # every worker holds a replica: a block recomputed on a survivor finds its planes there
+            if self.whole_f is not None:
+                self._old_whole.append(self.whole_f)
+            [self.whole_f] = self.client.scatter([self.whole], broadcast=True, hash=False,
+                                                 timeout=self.structure.timeout)
+
+    def _submit(self, b, address):
+        p = b.part
+        sliced = {k: np.ascontiguousarray(v[p.base:p.stop]) for k, v in self.sliced.items()}
+        key = f"eagle-{self.name}-{self.tag}-rank{b.rank}" + (f"-again{b.attempts}" if b.attempts else "")
+        b.address, b.whole = address, self.whole_f
+        b.future = self.client.submit(self.task, self.ref, self.plan.inner, b.rank, p.base, p.stop, self.bound.n,
+                                      sliced, self.whole_f, self.params, self.fresh, self.device, key=key,
+                                      workers=[address], allow_other_workers=True, pure=False)
+
+    # -- supervising -----------------------------------------------------------------------
+    def _supervise(self):
+        from distributed import wait
+        from distributed import TimeoutError as DaskTimeout
+        pending = {b.future: b for b in self.blocks}
+        self.alone_since = None
+        while pending:
+            try:
+                wait(list(pending), timeout=POLL, return_when="FIRST_COMPLETED")
+            except (DaskTimeout, TimeoutError):
+                pass
+            except CancelledError:
+                pass                                    # looked at below, block by block
+            done = [f for f in pending if f.done()]
+            if done:
+                again = self._collect([pending.pop(f) for f in done])
+                pending.update({b.future: b for b in [*self._resubmitted, *again]})
+            else:
+                stuck, live = self._stuck(list(pending.values()))
+                for b in stuck:
+                    del pending[b.future]
+                    self._again(b, live)
+                    pending[b.future] = b
+
+    def _collect(self, blocks):
+        """Write finished blocks; raise a block's error; resubmit blocks whose inputs were lost.
+
+        Returns the blocks still to wait for: those whose results could not be fetched within
+        the gather's bound (their data lost with a worker after they finished: the scheduler
+        recomputes them, or keeps them stuck for ``_stuck`` to find)."""
+        self._resubmitted = []
+        finished = [b for b in blocks if b.future.status == "finished"]
+        others = [b for b in blocks if b.future.status != "finished"]
+        again = []
+        if finished:
+            from distributed import TimeoutError as DaskTimeout
+            bound = min(self.structure.timeout, GATHER * 2 ** min(self.failed_gathers, 8))
+            try:
+                results = self.client.sync(self.client._gather, [b.future for b in finished], errors="raise",
+                                           callback_timeout=bound)
+            except (DaskTimeout, TimeoutError, CancelledError):
+                results = None
+            if results is None:
+                self.failed_gathers += 1
+                if self.client.status != "running":
+                    others = blocks
+                elif self.failed_gathers >= GATHERS:
+                    raise TimeoutError(
+                        f"DaskPartition: the blocks of rank(s) {sorted(b.rank for b in finished)} of kernel "
+                        f"{self.name!r} finished, but could not be fetched from the workers ({GATHERS} tries, the "
+                        f"last one {bound:g} s)")
+                else:
+                    again = finished
+            else:
+                for b, (out, rows) in zip(finished, results):
+                    for name, block in out.items():
+                        self.bound.values[name][b.part.base:b.part.stop] = block
+                    self.rows_of[b.rank] = rows
+        for b in others:
+            if b.future.status == "error":
+                self._raise_error(b)
+            self._cancelled(b)
+        return again
+
+    def _cancelled(self, b):
+        """A block whose future was cancelled: the client closed, whole planes lost, or a cancel."""
+        left = sorted(x.rank for x in self.blocks if self.rows_of[x.rank] is None)
+        if self.client.status not in ("running", "connecting", "newly-created"):
+            raise RuntimeError(f"DaskPartition: the client closed while kernel {self.name!r} ran; the blocks of "
+                               f"rank(s) {left} were not computed and the output planes are incomplete")
+        if b.whole is not None and b.whole.status != "finished":
+            if b.whole is self.whole_f:
+                self._scatter()                         # the planes were lost with every worker that held them
+            self._again(b)
+            self._resubmitted.append(b)
+            return
+        raise RuntimeError(f"DaskPartition: the block of rank {b.rank} of kernel {self.name!r} was cancelled "
+                           f"(client.cancel, or the scheduler released it); the blocks of rank(s) {left} were not "
+                           "computed and the output planes are incomplete")
+
+    def _raise_error(self, b):
+        exc = b.future.exception()
+        from distributed.scheduler import KilledWorker
+        if isinstance(exc, KilledWorker):
+            raise RuntimeError(f"DaskPartition: the block of rank {b.rank} of kernel {self.name!r} killed every "
+                               f"worker that ran it ({exc}); it was given up") from None
+        raise exc
+
+    def _stuck(self, blocks):
+        """Blocks the scheduler holds in ``no-worker`` although workers are back; raises
+        ``TimeoutError`` once the cluster has had no worker at all for ``timeout`` seconds."""
+        from .ranks import worker_ranks
+        client = self.client
+        if client.status != "running":
+            return [], None                             # the next wait says what happened
+        states = client.sync(client.scheduler.get_task_status, keys=[b.future.key for b in blocks])
+        waiting = [b for b in blocks if states.get(b.future.key) == "no-worker"]
+        if not waiting:
+            self.alone_since = None
+            return [], None
+        live = worker_ranks(client)
+        if live:
+            self.alone_since = None
+            addresses = {r.address for r in live}
+            return [b for b in waiting if b.address not in addresses], live
+        now = time.monotonic()
+        if self.alone_since is None:
+            self.alone_since = now
+        elif now - self.alone_since > self.structure.timeout:
+            left = sorted(x.rank for x in self.blocks if self.rows_of[x.rank] is None)
+            raise TimeoutError(
+                f"DaskPartition: every worker left the cluster and none came back within "
+                f"{self.structure.timeout:g} s; the blocks of rank(s) {left} of kernel {self.name!r} "
+                "were not computed and the output planes are incomplete")
+        return [], None
+
+    def _again(self, b, live=None):
+        """Resubmit ``b`` to its rank's worker now (by name; else a worker by position)."""
+        b.attempts += 1
+        if b.attempts > RESUBMITS:
+            raise RuntimeError(
+                f"DaskPartition: the block of rank {b.rank} of kernel {self.name!r} was lost with every worker "
+                f"that ran it, {b.attempts} times (the workers died or were restarted while it ran: a crash "
+                "in the block, or the workers were killed); it was given up")
+        old = b.future
+        live = live or self._live()
+        name = self.table[b.rank].name
+        target = next((r for r in live if r.name == name), None) or live[b.rank % len(live)]
+        self.client.cancel([old])
+        old.release()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+            self._submit(b, target.address)
+
+    def _live(self):
+        """Every worker of the cluster now (waiting, at most ``timeout`` seconds, for one)."""
+        return self.structure._ranks_now(self.client, every=True)
+
+    # -- ending ----------------------------------------------------------------------------
+    def _cancel(self):
+        """Cancel every block still running (an error, or ``KeyboardInterrupt``, in the driver)."""
+        if self.client.status != "running":
+            return
+        left = [b.future for b in self.blocks if b.future is not None and not b.future.done()]
+        if left:
+            try:
+                self.client.cancel(left)
+            except Exception:  # noqa: BLE001 - the client may be closing: nothing left to cancel
+                pass
+
+    def _futures(self):
+        return [f for f in [*(b.future for b in self.blocks), self.whole_f, *self._old_whole] if f is not None]
+
+    def _release(self):
+        Held._release(self._futures())

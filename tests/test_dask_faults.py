@@ -1,0 +1,254 @@
+"""DaskPartition's faults end, within a bounded time, with the same bits or eagle's own error.
+
+* every worker that held a block dies and the nannies restart them (the blocks sat in
+  ``no-worker`` forever, tied to the dead addresses): the blocks are resubmitted, same bits;
+* a block that crashes every worker that runs it: a ``RuntimeError`` naming kernel and rank;
+* the client closed, or the run's futures cancelled, mid-run: eagle's ``RuntimeError`` naming
+  the kernel, not distributed's bare ``FuturesCancelledError``;
+* Ctrl-C in the driver cancels the run's tasks: the next run is not slowed by abandoned blocks;
+* ``local_cluster`` and ``DaskPartition.on`` refuse bad arguments, saying what is allowed.
+
+Every fault test starts its own small cluster on 127.0.0.1 (it kills or closes it).
+"""
+from __future__ import annotations
+
+import _thread
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+
+import eagle  # noqa: E402
+import eagle.exec as eexec  # noqa: E402
+import eagle_dask  # noqa: E402
+from eagle import In, Out, Param  # noqa: E402
+from eagle import plan as eplan  # noqa: E402
+from eagle.models import oscillator  # noqa: E402
+from distributed.diagnostics.plugin import WorkerPlugin  # noqa: E402
+from eagle_dask import DaskPartition  # noqa: E402
+from tests import kernels as K  # noqa: E402
+
+
+@eagle.kernel
+def ring_mean(i, x: In, steps: Param, y: Out):
+    """Reads other samples (its input travels whole, scattered to every worker)."""
+    n = x.shape[0]
+    acc = 0.0
+    for k in range(steps):
+        acc = acc * 0.5 + x[(i + k) % n]
+    y[i] = acc
+
+
+@eagle.kernel
+def crash_me(i, x: In, y: Out):
+    y[i] = x[i]
+
+
+class CrashOn(WorkerPlugin):
+    """A worker plugin (re-installed on every restarted worker) that kills the worker process
+    when a block of kernel ``name`` runs: a block that crashes every worker that runs it."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def setup(self, worker):
+        import eagle.host
+        run, name = eagle.host.HostEntry.run, self.name
+
+        def crashing(entry, *args, **kwargs):
+            if entry.plugin.name == name:
+                os._exit(3)
+            return run(entry, *args, **kwargs)
+        eagle.host.HostEntry.run = crashing
+
+
+def oscillators(n, steps):
+    return {"omega": np.linspace(0.5, 2.0, n), "dt": 1e-3, "steps": steps, "x": np.ones(n), "v": np.zeros(n)}
+
+
+#: two blocks of about a second each on one idle thread: still running when the test acts
+CASES = {
+    "sliced": (oscillator, lambda: oscillators(4096, 600_000)),
+    "whole": (ring_mean, lambda: {"x": np.random.default_rng(3).uniform(-1, 1, 4096), "steps": 300_000}),
+}
+
+
+def in_thread(p, planes):
+    box = {}
+
+    def go():
+        t = time.monotonic()
+        try:
+            box["out"] = p.run(**planes)
+        except BaseException as e:  # noqa: BLE001 - inspected by the test
+            box["error"] = e
+        box["seconds"] = time.monotonic() - t
+
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    return th, box
+
+
+def processing(client, part="eagle-"):
+    return {addr: [k for k in keys if part in str(k)] for addr, keys in client.processing().items()}
+
+
+def wait_processing(client, count, part="eagle-", timeout=120):
+    """Wait until ``count`` workers each run one of this test's blocks."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if sum(1 for keys in processing(client, part).values() if keys) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{count} blocks did not start within {timeout} s")
+
+
+def kill_workers(client):
+    import psutil
+    for pid in client.run(os.getpid).values():
+        psutil.Process(pid).kill()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_worker_lost_and_restarted_gives_same_bits(case):
+    """Both workers killed mid-block, the nannies restart them: the blocks are resubmitted to the
+    new workers (sliced inputs ride in the task; whole planes are scattered again)."""
+    kernel, make = CASES[case]
+    plugin = eagle.deploy(kernel)
+    assert ("x" in plugin.sliceable) == (case == "sliced")
+    ref = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**make()))
+    with eagle_dask.local_cluster(n_workers=2) as client:
+        client.wait_for_workers(2, timeout=120)
+        p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False, timeout=60))
+        p.run(**{**make(), "steps": 1})                          # compile on both workers
+        th, box = in_thread(p, make())
+        wait_processing(client, 2)
+        time.sleep(0.2)
+        kill_workers(client)
+        th.join(90)
+        assert not th.is_alive(), "the run hung after every worker was restarted"
+        assert "error" not in box, repr(box.get("error"))
+        assert K.same_bits(ref, K.as_dict(plugin, box["out"]))
+
+
+def test_block_crashing_every_worker_is_given_up_in_bounded_time():
+    with eagle_dask.local_cluster(n_workers=2) as client:
+        client.wait_for_workers(2, timeout=120)
+        client.register_plugin(CrashOn("crash_me"), name="eagle-test-crash")
+        p = eplan.plan(eagle.deploy(crash_me), structure=DaskPartition.on(client, progress=False, timeout=30))
+        th, box = in_thread(p, {"x": np.ones(100)})
+        th.join(90)
+        assert not th.is_alive(), "the run hung on a block that crashes every worker"
+        err = box.get("error")
+        assert isinstance(err, RuntimeError), repr(box)
+        assert "'crash_me'" in str(err) and "rank " in str(err), str(err)
+
+
+@pytest.mark.parametrize("how", ["client closed", "futures cancelled"])
+def test_client_closed_or_futures_cancelled_is_eagles_error(how):
+    from distributed import Future
+    plugin = eagle.deploy(oscillator)
+    client = eagle_dask.local_cluster(n_workers=2)
+    try:
+        client.wait_for_workers(2, timeout=120)
+        p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False))
+        p.run(**oscillators(64, 1))
+        th, box = in_thread(p, oscillators(4096, 3_000_000))
+        wait_processing(client, 2)
+        if how == "client closed":
+            client.close()
+        else:
+            keys = [k for ks in processing(client).values() for k in ks]
+            client.cancel([Future(k, client) for k in keys])
+        th.join(60)
+        assert not th.is_alive()
+        err = box.get("error")
+        assert type(err) is RuntimeError, repr(err)
+        assert "'oscillator'" in str(err), str(err)
+        assert ("client closed" if how == "client closed" else "cancelled") in str(err), str(err)
+    finally:
+        client.close()
+
+
+def test_ctrl_c_cancels_the_runs_tasks():
+    """KeyboardInterrupt in the driver: the run's tasks are cancelled and each block stops at
+    the end of its current piece, so the next run does not wait behind them."""
+    plugin = eagle.deploy(oscillator)
+    with eagle_dask.local_cluster(n_workers=2) as client:
+        client.wait_for_workers(2, timeout=120)
+        p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False))
+        p.run(**oscillators(64, 1))
+
+        def interrupt():
+            try:
+                wait_processing(client, 2, timeout=60)
+            except AssertionError:
+                return
+            time.sleep(0.5)
+            _thread.interrupt_main()
+
+        helper = threading.Thread(target=interrupt, daemon=True)
+        helper.start()
+        t = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            p.run(**oscillators(8192, 3_000_000))                # about 12 s per block
+            time.sleep(30)                                      # (not reached: the run is interrupted)
+        assert time.monotonic() - t < 30
+        helper.join(5)
+        t = time.monotonic()
+        out = p.run(**oscillators(512, 1000))
+        assert time.monotonic() - t < 4.0, "the next run waited behind the abandoned blocks"
+        ref = eplan.plan(plugin, structure=eexec.HostTeam).run(**oscillators(512, 1000))
+        assert K.same_bits(ref, out)
+
+
+# -- arguments ---------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, kind, words", [
+    ({"n_workers": 0}, ValueError, "n_workers=0): n_workers is the number of worker processes: an integer >= 1"),
+    ({"n_workers": -1}, ValueError, "n_workers=-1)"),
+    ({"n_workers": 1.5}, TypeError, "not a float"),
+    ({"n_workers": True}, TypeError, "not a bool"),
+    ({"threads_per_worker": 0}, ValueError, "threads_per_worker=0): threads_per_worker is the threads of each "
+                                            "worker"),
+    ({"threads_per_worker": "2"}, TypeError, "not a str"),
+    ({"processes": False}, ValueError, "processes=False): eagle's local cluster runs its workers as processes"),
+])
+def test_local_cluster_refuses_bad_arguments(kwargs, kind, words, monkeypatch):
+    import distributed
+    started = []
+    monkeypatch.setattr(distributed, "LocalCluster", lambda *a, **k: started.append(k))
+    with pytest.raises(kind) as err:
+        eagle_dask.local_cluster(**kwargs)
+    assert words in str(err.value), str(err.value)
+    assert "local_cluster(" in str(err.value)
+    assert started == []
+
+
+@pytest.mark.parametrize("kwargs, kind, words", [
+    ({"timeout": -1}, ValueError, "timeout=-1): timeout is the seconds a run waits while the cluster has no "
+                                  "worker before it raises TimeoutError: a finite number > 0"),
+    ({"timeout": float("nan")}, ValueError, "timeout=nan)"),
+    ({"timeout": float("inf")}, ValueError, "timeout=inf)"),
+    ({"timeout": 0}, ValueError, "timeout=0)"),
+    ({"timeout": "5"}, TypeError, "not a str"),
+    ({"timeout": None}, TypeError, "not a NoneType"),
+    ({"workers": []}, ValueError, "workers=[]) names no worker"),
+    ({"workers": [1.5]}, TypeError, "1.5 is not a worker address or name"),
+    ({"progress": "yes"}, TypeError, "progress='yes'): progress is True, False or None"),
+])
+def test_on_refuses_bad_arguments(kwargs, kind, words):
+    with pytest.raises(kind) as err:
+        DaskPartition.on(**kwargs)
+    assert words in str(err.value), str(err.value)
+
+
+def test_on_takes_what_it_says():
+    s = DaskPartition.on(workers="tcp://127.0.0.1:1", progress=np.bool_(False), timeout=np.float32(2.5))
+    assert s.workers == ["tcp://127.0.0.1:1"] and s.progress is False and s.timeout == 2.5
+    assert DaskPartition.on(workers=np.int64(0)).workers == [0]
+    with pytest.raises(TypeError, match=r"client='tcp://127.0.0.1:1'\): client is a distributed.Client"):
+        DaskPartition.on("tcp://127.0.0.1:1")
