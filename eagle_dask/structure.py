@@ -1,14 +1,21 @@
 """DaskPartition: a plan's samples split across the workers of a Dask cluster.
 
-Ranks are the workers sorted by name (see :mod:`eagle_dask.ranks`).  A run validates every
-argument on the driver first (the same refusals as any structure that gathers outputs), cuts
-the samples with ``eagle.rows.split`` (rows of 32 for a kernel with cells) and submits one
-task per rank, pinned to its worker with a *loose* restriction (``eagle_dask.eager``
-supervises them); blocks are written into the output planes at their offsets as they arrive;
-row partials are placed by rank and folded by ``Plan.result`` in fixed order.
+Two modes, chosen by the planes of each run:
+
+* **numpy planes** (the numpy mode, ``eagle_dask.eager``): ranks are the workers sorted by
+  name (see :mod:`eagle_dask.ranks`).  A run validates every argument on the driver first (the
+  same refusals as any structure that gathers outputs), cuts the samples with
+  ``eagle.rows.split`` (rows of 32 for a kernel with cells) and submits one task per rank,
+  pinned to its worker with a *loose* restriction; blocks are written into the output planes
+  at their offsets as they arrive; row partials are placed by rank and folded by
+  ``Plan.result`` in fixed order.
+* **any plane a dask array** (the lazy mode, ``eagle_dask.arrays``): the run returns dask
+  arrays at once, one task per block of the inputs' own chunks, the cells folded by one final
+  task in row order.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -70,9 +77,25 @@ class _DaskPartition(Structure):
         return dict(enumerate(worker_ranks(self.get_client(), self.workers, gpus=gpus)))
 
     # -- the run -----------------------------------------------------------------------
+    def check_plan(self, plan):
+        """A plan on DaskPartition returns dask arrays from a lazy run (``eagle_dask.arrays``)."""
+        from .arrays import plan_result
+        plan.result = functools.partial(plan_result, plan)
+
+    def bind(self, plan, planes, device):
+        """Any plane a dask array: the lazy mode's rules (``eagle_dask.arrays.bind_lazy``);
+        else those of every structure that gathers outputs."""
+        from .arrays import bind_lazy, has_dask
+        if has_dask(planes):
+            return bind_lazy(plan, planes, device)
+        return super().bind(plan, planes, device)
+
     def execute(self, plan, bound, device):
-        """Run every block on the workers (``eagle_dask.eager``); return the cells' row partials
-        (full rows)."""
+        """Lazy: build the graph (``eagle_dask.arrays``).  numpy: run every block on the workers
+        (``eagle_dask.eager``); return the cells' row partials (full rows)."""
+        if getattr(bound, "lazy", False):
+            from .arrays import execute_lazy
+            return execute_lazy(plan, bound, device)
         from .eager import EagerRun
         return EagerRun(self, plan, bound, device).run()
 

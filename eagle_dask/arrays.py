@@ -1,0 +1,290 @@
+"""The lazy mode of ``DaskPartition``: planes that are dask arrays, and never pass through the driver.
+
+When any plane of a run is a dask array, ``Plan.run`` builds a graph and returns at once:
+
+* every ``Out`` and ``Mutable`` as a new float64 dask array, chunked along samples as the run
+  cut them; every cell as a 0-d float64 dask array; a single output bare, several as a dict by
+  name (``plan_result``).  Nothing is written in place: a caller's numpy plane is read, never
+  modified, and a dask array is never mutated (a block copies every plane it writes);
+* **blocks** are the inputs' own chunks: every dask plane is rechunked, on the cluster, to the
+  union of their boundaries along samples (``block_sizes``), for a kernel with cells rounded
+  down to multiples of ``eagle.rows.ROW``, so that no row of a cell has two blocks;
+* one task per block (``eagle_dask.task.run_chunk``), which the scheduler runs where its
+  chunks lie; it returns the output blocks and the cells' row partials;
+* each cell is one final task (``eagle_dask.task.fold_cell``) folding the blocks' row
+  partials in row order with ``eagle.rows.fold`` -- the bits of one process, whatever the
+  chunking (dask's own reductions fold in a tree that depends on the chunks);
+* numpy planes beside dask planes: a sliceable one is cut into the blocks' slices, any other
+  is one key of the graph -- each sent once;
+* a plane the body reads at other samples (``plugin.sliceable`` leaves it out) is assembled
+  whole on the cluster (``rechunk`` to one chunk) and given to every block;
+* vector planes ``(n, w)`` are cut along samples only: a dask plane chunked along its second
+  axis is refused, as is a dask Param and a numpy ``Out`` (it would be written in place).
+
+A lost worker is dask's to recover: every block is recomputed from the graph's lineage, and
+a block is a pure function of its chunks, so the bits are the same.  A kernel that raises
+does so when the graph is computed, naming the kernel, the sample and the block.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from eagle.bind import GATHERED_DTYPE, is_array, not_gatherable
+from eagle.roles import OUTPUT_KINDS
+from eagle.rows import ROW
+
+from .task import PluginRef, fold_cell, pick_block, pick_rows, run_chunk
+
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+_PARAM_TYPES = (bool, int, float, complex, np.generic)
+
+
+def is_dask(v) -> bool:
+    """A dask collection (without importing dask when nothing has)."""
+    base = sys.modules.get("dask.base")
+    return base is not None and base.is_dask_collection(v)
+
+
+def has_dask(planes: dict) -> bool:
+    return any(is_dask(v) for v in planes.values())
+
+
+@dataclass
+class LazyBound:
+    """A lazy run's validated arguments; ``results`` is filled by ``execute_lazy``."""
+    n: int
+    values: dict                      # name -> dask array, numpy plane or Param value
+    outputs: list                     # Out/Mutable names, argument order
+    supplied: set
+    lazy_by: str                      # the first dask plane (named in refusals)
+    results: dict = field(default_factory=dict)
+    lazy = True
+
+
+# -- binding -----------------------------------------------------------------------------------
+def _param(k, name, v):
+    if is_dask(v):
+        raise TypeError(f"Param {name!r} of kernel {k!r} is a dask {type(v).__name__}: a Param is one number for "
+                        "all samples, known when the graph is built; pass a number (compute it first, "
+                        f"float({name}.compute())), or per-sample values as an In plane")
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v[()]
+    if not isinstance(v, _PARAM_TYPES):
+        shape = getattr(v, "shape", None)
+        what = f"an array of shape {shape}" if shape is not None else f"a {type(v).__name__}"
+        raise TypeError(f"Param {name!r} of kernel {k!r} takes one number for all samples, "
+                        f"got {what}; pass per-sample values as an In plane")
+    if isinstance(v, int) and not isinstance(v, bool) and not _INT64[0] <= v <= _INT64[1]:
+        if 0 <= v < 2 ** 64:
+            return np.uint64(v)
+        raise OverflowError(f"Param {name!r} of kernel {k!r} is {v}: an integer Param fits in int64 or, "
+                            "if not negative, uint64 (up to 2**64 - 1)")
+    return v
+
+
+def _plane(plugin, role, name, v, lazy_by):
+    """One plane of a lazy run, checked: a dask array (chunked along samples only) or numpy."""
+    import dask.array as da
+    k, kind = plugin.name, role.kind
+    if is_dask(v):
+        if not isinstance(v, da.Array):
+            raise TypeError(f"{kind} plane {name!r} of kernel {k!r} is a {type(v).__name__}: a plane is a dask "
+                            "array (from a dask DataFrame or Series: .to_dask_array(lengths=True))")
+    elif kind == "Out":
+        raise ValueError(f"output plane {name!r} of kernel {k!r} is a {type(v).__name__}, and this run is lazy "
+                         f"(plane {lazy_by!r} is a dask array): nothing is written in place; leave {name!r} out "
+                         "and use the dask array the run returns (or pass a dask array as its initial values)")
+    elif kind == "In" and not is_array(v):
+        v = np.asarray(v)
+    elif not is_array(v):
+        raise TypeError(f"{kind} plane {name!r} of kernel {k!r} must be an array (numpy or dask), "
+                        f"not a {type(v).__name__}")
+    if v.ndim not in (1, 2):
+        raise ValueError(f"plane {name!r} of kernel {k!r} has {v.ndim} dimensions; a plane is (n,) "
+                         "or (n, w), samples first")
+    use = plugin.plane_uses.get(name)
+    if use is not None and use.index_dims == 2 and v.ndim != 2:
+        raise ValueError(f"plane {name!r} of kernel {k!r} is indexed as {name}[i, k] and must be "
+                         f"(n, w), but it has shape {tuple(v.shape)}")
+    if isinstance(v, da.Array):
+        if any(c != c for dim in v.chunks for c in dim):
+            raise ValueError(f"plane {name!r} of kernel {k!r} has unknown chunk sizes (shape {v.shape}): "
+                             f"eagle cuts blocks along samples by them; call {name}.compute_chunk_sizes() first")
+        if v.ndim == 2 and len(v.chunks[1]) > 1:
+            raise ValueError(f"plane {name!r} of kernel {k!r} is chunked along its second axis (chunks "
+                             f"{v.chunks[1]}): a vector plane is cut along samples only; rechunk it with "
+                             f"{name}.rechunk({{1: -1}})")
+    if kind in OUTPUT_KINDS:
+        if kind == "Out":
+            if v.dtype != role.out_dtype:
+                raise TypeError(f"output plane {name!r} of kernel {k!r} is {v.dtype}, but the kernel declares "
+                                f"it {role.out_dtype}")
+            if role.width is not None and (v.ndim != 2 or v.shape[1] != role.width):
+                raise ValueError(f"output plane {name!r} of kernel {k!r} is declared Out[{role.width}] and must "
+                                 f"be (n, {role.width}), but it has shape {tuple(v.shape)}")
+            if role.width is None and v.ndim != 1:
+                raise ValueError(f"output plane {name!r} of kernel {k!r} is declared Out (one value per sample) "
+                                 f"and must be (n,), but it has shape {tuple(v.shape)}; declare Out[w] for vectors")
+        if v.dtype != GATHERED_DTYPE:
+            raise not_gatherable(f"output plane {name!r} of kernel {k!r} is", v.dtype)
+    return v
+
+
+def bind_lazy(plan, planes: dict, device=None) -> LazyBound:
+    """Check a lazy run's arguments against the kernel's roles (the words of ``eagle.bind.bind``,
+    and the lazy mode's own refusals); nothing is computed."""
+    plugin = plan.plugin
+    k, roles = plugin.name, plugin.roles
+    for name in planes:
+        if name not in roles:
+            raise TypeError(f"kernel {k!r} has no argument {name!r} (its arguments: "
+                            f"{', '.join(n for _, n in plugin.arg_spec)})")
+        if roles[name].kind == "Cell":
+            raise TypeError(f"{name!r} is a Cell of kernel {k!r}: a result over samples, not an input; "
+                            "do not pass it")
+    lazy_by = next(name for name, v in planes.items() if is_dask(v))
+    values, n_of = {}, {}
+    for role, name in plugin.arg_spec:
+        kind = role.kind
+        if kind == "Cell":
+            continue
+        if kind == "Param":
+            if name in planes:
+                values[name] = _param(k, name, planes[name])
+            elif name in plugin.defaults:
+                values[name] = plugin.defaults[name]
+            else:
+                raise TypeError(f"kernel {k!r} is missing Param {name!r}")
+            continue
+        if name not in planes:
+            if kind != "Out":
+                raise TypeError(f"kernel {k!r} is missing plane {name!r} ({kind})")
+            continue
+        v = _plane(plugin, role, name, planes[name], lazy_by)
+        values[name] = v
+        n_of[name] = int(v.shape[0])
+    if len(set(n_of.values())) > 1:
+        desc = ", ".join(f"{nm!r} has {c}" for nm, c in n_of.items())
+        raise ValueError(f"planes of kernel {k!r} have different sample counts: {desc}")
+    if not n_of:
+        raise ValueError(f"kernel {k!r}: the number of samples comes from its planes, and none was "
+                         "given; pass an In plane or an output plane to write into")
+    outputs = plugin.names(*OUTPUT_KINDS)
+    return LazyBound(n=next(iter(n_of.values())), values=values, outputs=outputs,
+                     supplied={name for name in outputs if name in planes}, lazy_by=lazy_by)
+
+
+# -- the graph ---------------------------------------------------------------------------------
+def block_sizes(n: int, chunkings, rows: bool) -> tuple:
+    """The blocks of a lazy run: the union of the planes' chunk boundaries along samples (for a
+    kernel with cells, each rounded down to a multiple of ``ROW``); ``(0,)`` when ``n == 0``."""
+    cuts = {0, n}
+    for chunks in chunkings:
+        at = 0
+        for c in chunks:
+            at += int(c)
+            cuts.add(at)
+    if rows:
+        cuts = {c // ROW * ROW for c in cuts if c < n} | {n}
+    cuts = sorted(c for c in cuts if 0 <= c <= n)
+    sizes = tuple(b - a for a, b in zip(cuts, cuts[1:]) if b > a)
+    return sizes or (0,)
+
+
+def _chunk_key(arr, b):
+    return (arr.name, b) + ((0,) if arr.ndim == 2 else ())
+
+
+def execute_lazy(plan, bound: LazyBound, device) -> dict:
+    """Build the run's graph; put its dask arrays in ``bound.results``.  Returns no row
+    partials: the cells are folded by tasks of the graph."""
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    plugin, n = plan.plugin, bound.n
+    sliceable = plugin.sliceable
+    fresh = {name: (plugin.roles[name].width, plugin.roles[name].out_dtype)
+             for name in plugin.names("Out") if name not in bound.supplied}
+    planes = {k: v for k, v in bound.values.items() if (is_dask(v) or is_array(v)) and k not in fresh}
+    params = {k: v for k, v in bound.values.items() if k not in planes}
+    sizes = block_sizes(n, [v.chunks[0] for v in planes.values() if is_dask(v)], rows=bool(plugin.cells))
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+    blocks = range(len(sizes))
+    token = tokenize(plugin.key, plan.inner.name, device, sizes, params, fresh,
+                     {k: (v.name if is_dask(v) else v) for k, v in planes.items()})
+    run_name = f"eagle-{plugin.name}-{token}"
+    layer, ref = {}, PluginRef(plugin)
+    inputs, sliced_names, sliced_keys, whole_names, whole_keys = [], [], [[] for _ in blocks], [], []
+    for name, v in planes.items():
+        if name in sliceable:
+            sliced_names.append(name)
+            if is_dask(v):
+                if v.chunks[0] != sizes:
+                    v = v.rechunk((sizes,) + v.chunks[1:])
+                inputs.append(v)
+                for b in blocks:
+                    sliced_keys[b].append(_chunk_key(v, b))
+            else:
+                for b in blocks:
+                    key = (f"eagle-{name}-{token}", b)
+                    layer[key] = np.ascontiguousarray(v[starts[b]:starts[b + 1]])
+                    sliced_keys[b].append(key)
+        else:
+            whole_names.append(name)
+            if is_dask(v):
+                if len(v.chunks[0]) != 1:
+                    v = v.rechunk((n,) + v.chunks[1:])           # assembled on the cluster
+                inputs.append(v)
+                whole_keys.append(_chunk_key(v, 0))
+            else:
+                key = f"eagle-{name}-{token}"
+                layer[key] = v
+                whole_keys.append(key)
+    rows_name = f"eagle-{plugin.name}-rows-{token}"
+    for b in blocks:
+        # the plugin rides in each task (pickled once with the graph): a key of its own would be a
+        # dependency the scheduler weighs against the chunks when it places a block
+        layer[(run_name, b)] = (run_chunk, ref, plan.inner, b, starts[b], starts[b + 1], n,
+                                tuple(sliced_names), list(sliced_keys[b]), tuple(whole_names), list(whole_keys),
+                                params, fresh, device)
+        if plugin.cells:
+            layer[(rows_name, b)] = (pick_rows, (run_name, b))
+    runs = da.Array(HighLevelGraph.from_collections(run_name, layer, dependencies=inputs), run_name,
+                    chunks=((1,) * len(sizes),), dtype=object, meta=np.empty((0,), dtype=object))
+    results = {}
+    for role, name in plugin.arg_spec:
+        if name in bound.outputs:
+            width = role.width if role.kind == "Out" else (bound.values[name].shape[1]
+                                                           if bound.values[name].ndim == 2 else None)
+            out_name = f"{name}-{run_name}"
+            tail = () if width is None else (0,)
+            graph = HighLevelGraph.from_collections(
+                out_name, {(out_name, b) + tail: (pick_block, (run_name, b), name) for b in blocks},
+                dependencies=[runs])
+            chunks = (sizes,) if width is None else (sizes, (width,))
+            results[name] = da.Array(graph, out_name, chunks=chunks, dtype=np.float64,
+                                     meta=np.empty((0,) * len(chunks), dtype=np.float64))
+        elif role.kind == "Cell":
+            cell_name = f"{name}-{run_name}"
+            graph = HighLevelGraph.from_collections(
+                cell_name, {(cell_name,): (fold_cell, role.op, name, [(rows_name, b) for b in blocks])},
+                dependencies=[runs])
+            results[name] = da.Array(graph, cell_name, chunks=(), dtype=np.float64,
+                                     meta=np.empty((), dtype=np.float64))
+    bound.results = results
+    return {}
+
+
+def plan_result(plan, bound, rows):
+    """``Plan.result`` for a plan on DaskPartition: a lazy run's dask arrays (a single output
+    bare, several as a dict by name, cells where they stand), else ``Plan.result`` itself."""
+    if not getattr(bound, "lazy", False):
+        return type(plan).result(plan, bound, rows)
+    out = {name: bound.results[name] for role, name in plan.plugin.arg_spec if name in bound.results}
+    if len(out) == 1:
+        return next(iter(out.values()))
+    return out

@@ -1,0 +1,313 @@
+"""DaskPartition on dask arrays: lazy runs whose planes never pass through the driver.
+
+Every kernel class gives the bits of one process (``HostTeam``) over regular, irregular and
+tiny chunks (not multiples of 32), numpy planes beside dask planes, vector planes, ``n = 0``;
+chained runs equal one long run; a kernel raises only when the graph is computed; a worker
+killed mid-compute is recomputed from lineage with the same bits; the refusals name the plane;
+the driver's memory does not grow with the planes; nothing listens beyond loopback.
+
+One module-scoped cluster of 2 single-thread worker processes (127.0.0.1) serves most tests;
+the fault test starts its own.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+da = pytest.importorskip("dask.array")
+
+import dask  # noqa: E402
+import distributed  # noqa: E402
+
+import eagle  # noqa: E402
+import eagle.exec as eexec  # noqa: E402
+import eagle_dask  # noqa: E402
+from eagle import Cell, In, Out, Param  # noqa: E402
+from eagle import plan as eplan  # noqa: E402
+from eagle.models import oscillator  # noqa: E402
+from eagle.rows import ROW  # noqa: E402
+from eagle_dask import DaskPartition, task  # noqa: E402
+from eagle_dask.arrays import block_sizes  # noqa: E402
+from tests import kernels as K  # noqa: E402
+from tests.launch import beyond_loopback, listeners, process_tree  # noqa: E402
+
+WORKERS = 2
+
+
+@pytest.fixture(scope="module")
+def client():
+    c = eagle_dask.local_cluster(n_workers=WORKERS, threads_per_worker=1)
+    c.wait_for_workers(WORKERS, timeout=120)
+    yield c
+    c.close()
+
+
+def one_process(name, n):
+    plugin = eagle.deploy(K.CASES[name][0])
+    return K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**K.inputs(name, n)))
+
+
+def as_dask(planes, chunks, keep=()):
+    """Every plane of ``planes`` a dask array chunked ``chunks`` along samples (``keep``: left numpy)."""
+    return {k: (da.from_array(v, chunks=(chunks,) + v.shape[1:]) if isinstance(v, np.ndarray) and k not in keep
+                else v) for k, v in planes.items()}
+
+
+def computed(result):
+    keys = list(result)
+    return dict(zip(keys, dask.compute(*[result[k] for k in keys])))
+
+
+def records(client):
+    answers = client.run(task.received, on_error="return")
+    return [rec for recs in answers.values() if not isinstance(recs, BaseException) for rec in recs]
+
+
+def lazy_plan(plugin, **kw):
+    return eplan.plan(plugin, structure=DaskPartition.on(progress=False), **kw)
+
+
+CHUNKINGS = {"one chunk": 301, "regular": 100, "irregular": (50, 200, 51), "tiny": 7}
+
+
+@pytest.mark.parametrize("name", K.GATHERABLE)
+def test_same_bits_as_one_process_at_any_chunking(client, name):
+    """Regular, irregular and tiny chunks (none a multiple of 32): the planes and the cells of
+    one process, and outputs chunked as the run cut the samples."""
+    plugin = eagle.deploy(K.CASES[name][0])
+    n = 301
+    ref = one_process(name, n)
+    p = lazy_plan(plugin)
+    for label, chunks in CHUNKINGS.items():
+        planes = as_dask(K.inputs(name, n), chunks)
+        out = K.as_dict(plugin, p.run(**planes))
+        sizes = block_sizes(n, [v.chunks[0] for v in planes.values() if isinstance(v, da.Array)],
+                            rows=bool(plugin.cells))
+        for o, v in out.items():
+            assert isinstance(v, da.Array) and v.dtype == np.float64, (o, type(v))
+            if o in plugin.cells:
+                assert v.shape == () and v.chunks == ()
+            else:
+                assert v.chunks[0] == sizes, (label, o, v.chunks)
+        got = computed(out)
+        assert K.same_bits(ref, got), f"{name}, {label} chunks: not the bits of one process"
+
+
+def test_block_sizes_follow_the_chunks():
+    assert block_sizes(301, [(100, 100, 101)], rows=False) == (100, 100, 101)
+    assert block_sizes(301, [(50, 200, 51)], rows=True) == (32, 192, 77)         # cuts rounded down to rows
+    assert block_sizes(301, [(50, 200, 51), (100, 201)], rows=False) == (50, 50, 150, 51)   # the union
+    tiny = block_sizes(301, [(7,) * 43], rows=True)
+    assert sum(tiny) == 301 and all(s == ROW for s in tiny[:-1])
+    assert block_sizes(0, [(0,)], rows=True) == (0,)
+    assert block_sizes(40, [(40,)], rows=True) == (40,)
+
+
+def test_one_task_per_block_where_its_chunk_lies(client):
+    """Inputs persisted on the workers: each block is one task, run on the worker that holds its chunk."""
+    plugin = eagle.deploy(K.axpb)
+    n, chunk = 4 * 50_000, 50_000
+    x = da.random.default_rng(5).random(n, chunks=chunk).persist()
+    distributed.wait(x)
+    where = {key[1]: sorted(addrs)[0] for key, addrs in client.who_has(x).items()}
+    client.run(task.clear_received)
+    y = lazy_plan(plugin).run(x=x, a=2.0, b=1.0)
+    assert records(client) == []                                   # nothing has run yet
+    got = y.compute()
+    recs = [r for r in records(client) if r[0] == plugin.name]
+    assert sorted(r[1] for r in recs) == [f"block {b} (samples [{b * chunk}, {(b + 1) * chunk}))" for b in range(4)]
+    for r in recs:
+        b = int(r[1].split()[1])
+        assert r[4] == where[b], (b, r[4], where)
+    assert K.same_bits(got, 2.0 * x.compute() + 1.0)
+
+
+def test_mixed_numpy_and_dask_planes_read_never_written(client):
+    """numpy planes beside dask planes (a numpy Mutable among them): the bits of one process, and
+    the caller's numpy arrays untouched."""
+    plugin = eagle.deploy(oscillator)
+    n = 1000
+    ref = one_process("oscillator", n)
+    planes = K.inputs("oscillator", n)
+    before = {k: v.copy() for k, v in planes.items() if isinstance(v, np.ndarray)}
+    mixed = {**planes, "x": da.from_array(planes["x"], chunks=(300, 300, 400))}   # omega and v stay numpy
+    got = computed(lazy_plan(plugin).run(**mixed))
+    assert K.same_bits(ref, got)
+    assert all(K.same_bits(before[k], planes[k]) for k in before), "a numpy plane was written in place"
+
+
+def test_vector_planes_chunked_along_samples(client):
+    plugin = eagle.deploy(K.vectors)
+    n = 301
+    ref = one_process("vectors", n)
+    planes = K.inputs("vectors", n)
+    out = lazy_plan(plugin).run(p=da.from_array(planes["p"], chunks=(64, 3)), scale=planes["scale"])
+    assert out["q"].chunks == ((64, 64, 64, 64, 45), (3,))
+    assert K.same_bits(ref, computed(out))
+
+
+def test_whole_planes_assembled_on_the_cluster(client):
+    """A kernel that reads other samples gets each input whole, assembled by the workers: every block
+    receives the full plane, and the driver's graph carries no plane data."""
+    plugin = eagle.deploy(K.stencil)
+    n = 30_000
+    ref = one_process("stencil", n)
+    x = da.from_array(K.inputs("stencil", n)["x"], chunks=10_000).persist()
+    client.run(task.clear_received)
+    y = lazy_plan(plugin).run(x=x)
+    assert len(pickle.dumps(dict(y.__dask_graph__()))) < 100_000
+    assert K.same_bits(ref["y"], y.compute())
+    recs = [r for r in records(client) if r[0] == plugin.name]
+    assert len(recs) == 3 and all(r[5] == {"x": n} for r in recs), recs
+
+
+def test_chained_runs_equal_one_long_run(client):
+    """Ten runs of 10 steps feeding ``out["x"]``, ``out["v"]`` back equal one run of 100 steps, and
+    nothing passes through the driver (the graph holds no plane)."""
+    plugin = eagle.deploy(oscillator)
+    n = 20_000
+    omega = np.random.default_rng(1).uniform(0.5, 2.0, n)
+    ref = eplan.plan(plugin, structure=eexec.HostTeam).run(omega=omega.copy(), dt=1e-3, steps=100,
+                                                            x=np.ones(n), v=np.zeros(n))
+    w = da.from_array(omega, chunks=5000).persist()
+    x, v = da.ones(n, chunks=5000), da.zeros(n, chunks=5000)
+    p = lazy_plan(plugin)
+    for _ in range(10):
+        out = p.run(omega=w, dt=1e-3, steps=10, x=x, v=v)
+        x, v = out["x"], out["v"]
+    graph = dict(out["energy"].__dask_graph__())
+    assert len(pickle.dumps(graph)) < 200_000, "plane data in the driver's graph"
+    assert K.same_bits(ref, computed(out))
+    # and persisted step by step: the same bits again
+    x, v = da.ones(n, chunks=5000), da.zeros(n, chunks=5000)
+    for _ in range(10):
+        out = p.run(omega=w, dt=1e-3, steps=10, x=x, v=v)
+        x, v, e = dask.persist(out["x"], out["v"], out["energy"])
+    assert K.same_bits(ref, computed({"x": x, "v": v, "energy": e}))
+
+
+def test_lazy_a_raising_kernel_raises_at_compute(client):
+    plugin = eagle.deploy(K.picky)
+    x = np.ones(400)
+    x[250] = -1.0
+    y = lazy_plan(plugin).run(x=da.from_array(x, chunks=100))       # builds the graph only
+    assert isinstance(y, da.Array)
+    with pytest.raises(ValueError) as err:
+        y.compute()
+    for part in ("negative input", "'picky'", "sample 250", "block 2 (samples [200, 300))", "worker tcp://127.0.0.1:"):
+        assert part in str(err.value), (part, str(err.value))
+
+
+def test_n_zero(client):
+    for name in ("axpb", "reductions", "oscillator", "vectors", "stencil"):
+        plugin = eagle.deploy(K.CASES[name][0])
+        ref = one_process(name, 0)
+        got = computed(K.as_dict(plugin, lazy_plan(plugin).run(**as_dask(K.inputs(name, 0), 10))))
+        assert K.same_bits(ref, got), name
+
+
+def test_refusals_name_the_plane(client):
+    client.run(task.clear_received)
+    vec = eagle.deploy(K.vectors)
+    p = da.from_array(np.ones((100, 3)), chunks=(50, 2))
+    with pytest.raises(ValueError, match=r"plane 'p' of kernel 'vectors' is chunked along its second axis "
+                                         r"\(chunks \(2, 1\)\).*p.rechunk\(\{1: -1\}\)"):
+        lazy_plan(vec).run(p=p, scale=1.0)
+    axpb = lazy_plan(eagle.deploy(K.axpb))
+    x = da.ones(100, chunks=30)
+    with pytest.raises(TypeError, match=r"Param 'a' of kernel 'axpb' is a dask Array: a Param is one number"):
+        axpb.run(x=x, a=da.ones(()), b=1.0)
+    with pytest.raises(ValueError, match=r"output plane 'y' of kernel 'axpb' is a ndarray, and this run is lazy "
+                                         r"\(plane 'x' is a dask array\): nothing is written in place"):
+        axpb.run(x=x, a=1.0, b=1.0, y=np.zeros(100))
+    with pytest.raises(ValueError, match=r"plane 'x' of kernel 'axpb' has unknown chunk sizes"):
+        axpb.run(x=x[x > 0], a=1.0, b=1.0)
+    with pytest.raises(ValueError, match=r"planes of kernel 'axpb' have different sample counts"):
+        axpb.run(x=x, a=1.0, b=1.0, y=da.zeros(99, chunks=30))
+    with pytest.raises(ValueError, match=r"output plane 'x' of kernel 'oscillator' is float32.*must be float64"):
+        lazy_plan(eagle.deploy(oscillator)).run(omega=np.ones(10), dt=1.0, steps=1, v=np.zeros(10),
+                                                x=da.ones(10, chunks=5, dtype=np.float32))
+    with pytest.raises(TypeError, match=r"kernel 'axpb' is missing Param 'b'"):
+        axpb.run(x=x, a=1.0)
+    assert records(client) == []                                    # nothing ran
+
+
+def test_a_supplied_dask_out_is_read_as_initial_values(client):
+    """A dask Out is not mutated: the run returns a new array (its own name), from the same samples."""
+    plugin = eagle.deploy(K.axpb)
+    x = da.arange(100.0, chunks=30)
+    y0 = da.full(100, 7.0, chunks=30)
+    y = lazy_plan(plugin).run(x=x, a=2.0, b=1.0, y=y0)
+    assert y.name != y0.name
+    assert K.same_bits(y.compute(), 2.0 * np.arange(100.0) + 1.0)
+    assert K.same_bits(y0.compute(), np.full(100, 7.0))
+
+
+@eagle.kernel
+def mean_square(i, x: In, total: Cell["sum"]):
+    total[i] = x[i] * x[i]
+
+
+def test_driver_memory_stays_small(client):
+    """Planes made on the workers (da.random): computing the cell grows the driver's resident
+    memory by far less than one plane (160 MB here)."""
+    import psutil
+    plugin = eagle.deploy(mean_square)
+    p = lazy_plan(plugin)
+    p.run(x=da.random.default_rng(0).random(1000, chunks=500)).compute()          # warm: imports, compile
+    proc = psutil.Process()
+    base, peak, done = proc.memory_info().rss, [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], proc.memory_info().rss)
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    n = 20_000_000
+    s = p.run(x=da.random.default_rng(0).random(n, chunks=2_000_000)).compute()
+    done.set()
+    sampler.join(5)
+    growth = (max(peak[0], proc.memory_info().rss) - base) / 2 ** 20
+    assert abs(float(s) / n - 1.0 / 3.0) < 1e-3
+    assert growth < 60, f"the driver grew by {growth:.0f} MB for a plane of {n * 8 / 2 ** 20:.0f} MB"
+
+
+def test_no_listener_beyond_loopback(client):
+    lazy_plan(eagle.deploy(K.axpb)).run(x=da.ones(100, chunks=10), a=1.0, b=1.0).compute()
+    found = listeners(process_tree(os.getpid()))
+    assert len({pid for pid, _, _ in found}) >= WORKERS + 1
+    assert beyond_loopback(found) == []
+
+
+def test_worker_killed_mid_compute_gives_same_bits():
+    """A worker killed while it computes blocks: dask recomputes them (and their lost chunks) from
+    the graph's lineage on the survivor, with the same bits."""
+    import psutil
+    plugin = eagle.deploy(oscillator)
+    n, chunk, steps = 8192, 1024, 600_000
+    ref = eplan.plan(plugin, structure=eexec.HostTeam).run(
+        omega=np.linspace(0.5, 2.0, n), dt=1e-3, steps=steps, x=np.ones(n), v=np.zeros(n))
+    with eagle_dask.local_cluster(n_workers=2, threads_per_worker=1) as c:
+        c.wait_for_workers(2, timeout=120)
+        p = eplan.plan(plugin, structure=DaskPartition.on(c, progress=False))
+        planes = dict(omega=da.from_array(np.linspace(0.5, 2.0, n), chunks=chunk), dt=1e-3, x=da.ones(n, chunks=chunk),
+                      v=da.zeros(n, chunks=chunk))
+        c.compute(p.run(**planes, steps=1)["energy"]).result()          # compile on both workers
+        out = p.run(**planes, steps=steps)
+        futures = c.compute([out["x"], out["v"], out["energy"]])
+        end = time.monotonic() + 60
+        while not any(c.processing().values()) and time.monotonic() < end:
+            time.sleep(0.02)
+        time.sleep(0.3)
+        victim = next(a for a, keys in c.processing().items() if keys)
+        psutil.Process(c.run(os.getpid, workers=[victim])[victim]).kill()
+        x, v, e = c.gather(futures)
+    assert K.same_bits(ref, {"x": x, "v": v, "energy": e})
