@@ -323,18 +323,9 @@ def test_a_block_that_killed_its_worker_is_given_up_by_name(fragile):
     assert time.monotonic() - killed < 30, "the run did not give up promptly"
 
 
-class CancelledBlockNotNamed(AssertionError):
-    """The run raised distributed's FuturesCancelledError instead of eagle's RuntimeError."""
-
-
-@pytest.mark.xfail(strict=True, raises=CancelledBlockNotNamed, reason=(
-    "eagle bug: DaskPartition.execute waits with distributed.wait(), which raises "
-    "FuturesCancelledError for a cancelled future before _outcome() can name the block "
-    "(eagle_dask/structure.py: the 'cancelled' branch of _outcome is never reached)"))
 def test_a_cancelled_block_is_named_and_ends_the_run(fragile):
     """A block cancelled (here by the client, from another thread) while the run waits for it."""
     from distributed import Future
-    from distributed.client import FuturesCancelledError
     plugin = eagle.deploy(K.oscillator)
     fragile.wait_for_workers(2, timeout=120)            # a worker killed by the test above comes back
     th, box = _run_in_thread(eplan.plan(plugin, structure=DaskPartition.on(fragile, progress=False)),
@@ -347,8 +338,6 @@ def test_a_cancelled_block_is_named_and_ends_the_run(fragile):
     assert not th.is_alive(), "the run hung after its block was cancelled"
     assert time.monotonic() - cancelled < 30, "the run did not end promptly"
     err = box.get("error")
-    if isinstance(err, FuturesCancelledError):
-        raise CancelledBlockNotNamed(f"{type(err).__name__}: {err}")
     assert type(err) is RuntimeError, box
     msg = str(err)
     for part in ("rank 1", "kernel 'oscillator'", "was cancelled"):
