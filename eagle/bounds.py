@@ -14,7 +14,9 @@ wrap-around), never reaches the plane:
   instead, and the engine raises after the launch.
 
 Either way the engine raises an ``IndexError`` naming the kernel, the plane, the index and the
-sample (``index_error``).  The host reports the first bad access its tiles met, tiles in sample
+sample (``index_error``).  A plane passed to a helper is indexed outside the body: helpers eagle
+compiles from source get numba's own bounds checks (``boundscheck=True``; an IndexError naming
+the kernel), and an imported compiled helper is the user's own code, as it was written.  The host reports the first bad access its tiles met, tiles in sample
 order; the device, the last one a thread recorded.
 """
 from __future__ import annotations

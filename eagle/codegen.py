@@ -110,10 +110,11 @@ def globals_source(plugin, helper_decorator=None) -> str:
     """Imports, frozen constants and helper functions of the body, as module-level statements.
 
     Helpers compiled from source are decorated with ``helper_decorator`` (default: the host's
-    ``@_eagle_njit`` with the kernel's options); their own globals come first.
+    ``@_eagle_njit`` with the kernel's options and numba's bounds checks -- a plane passed to a
+    helper is indexed there, out of the body's rewrite); their own globals come first.
     """
     if helper_decorator is None:
-        helper_decorator = f"@_eagle_njit({jit_options(plugin)})"
+        helper_decorator = f"@_eagle_njit({jit_options(plugin)}, boundscheck=True)"
     lines, seen = [], {}
 
     def emit(entries):

@@ -170,3 +170,20 @@ def test_a_dask_worker_gets_an_index_error_not_a_segfault():
     msg = message(info)
     assert re.search(r"index 10000000\d\d is out of range for plane 'x', which has 64 samples", msg), msg
     assert "kernel 'far', sample" in msg and ", rank " in msg
+
+
+def _pick(x, k):
+    return x[k]
+
+
+@eagle.kernel
+def via_helper(i, x: In, y: Out):
+    y[i] = _pick(x, i + 1)
+
+
+def test_a_plane_indexed_inside_a_helper_compiled_with_the_kernel_is_checked_too():
+    """A plane passed to a helper is indexed outside the body's rewrite; eagle compiles such helpers
+    with numba's own bounds checks."""
+    with pytest.raises(IndexError) as info:
+        run(via_helper, x=np.arange(10.0))
+    assert "index is out of bounds" in message(info) and "[kernel 'via_helper'" in message(info)
