@@ -97,7 +97,8 @@ def simd_source(plugin, opts: Options) -> str:
         f"TILE_WIDTH = {T}",
         globals_source(plugin),
         "",
-        *([jit, built.witness, ""] if built.witness else []),
+        *([f"@_eagle_njit({jit_options(plugin)}, _dbg_optnone=True)     # typed, never run",
+            built.witness, ""] if built.witness else []),
         jit, built.function, "",
         jit,
         f"def _eagle_tile(_eagle_start, _eagle_stop, _eagle_po, _eagle_prog, {args}, {ERR}, _eagle_row0):",
@@ -113,7 +114,7 @@ def simd_source(plugin, opts: Options) -> str:
                 f"{ind}    _eagle_w = _eagle_witness(_eagle_start, {call_args}, {ERR}, _eagle_po, 0)"]
     extra = []
     for v, caps in built.slots:
-        out.append(f"{ind}{v}__eagle_t = _eagle_np.empty({T}, _eagle_np.asarray(_eagle_w[{caps[0]}]).dtype)")
+        out.append(f"{ind}{v}__eagle_t = _eagle_np.empty({T}, _eagle_simd_rt.dtype_of(_eagle_w[{caps[0]}]))")
         out += [f"{ind}_eagle_simd_rt.same_type({v!r}, _eagle_w[{caps[0]}], _eagle_w[{c}])" for c in caps[1:]]
         extra.append(f"{v}__eagle_t")
     for v, size, dtype in built.arrays:

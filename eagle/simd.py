@@ -173,6 +173,28 @@ def wide(typingctx):
 
 
 @intrinsic
+def apart(typingctx):
+    """Keep the function that calls this out of its callers (LLVM's noinline): the tile loop then
+    does not optimise the vectorised loops a second time, which doubled the compile time."""
+    def codegen(context, builder, signature, args):
+        builder.function.attributes.add("noinline")
+        return context.get_dummy_value()
+    return types.none(), codegen
+
+
+@intrinsic
+def dtype_of(typingctx, a):
+    """The numpy dtype of a number's numba type, for ``np.empty(n, dtype_of(x))`` (typing only)."""
+    ty = types.unliteral(a)
+    if not isinstance(ty, (types.Number, types.Boolean)):
+        raise TypingError(f"{MARK} a per-sample local kept across a loop over the tile is a {ty}, not a number")
+
+    def codegen(context, builder, signature, args):
+        return context.get_dummy_value()
+    return types.DType(ty)(a), codegen
+
+
+@intrinsic
 def same_type(typingctx, name, a, b):
     """A typing-time check: the local ``name`` has one type at every place its tile array is read."""
     if not isinstance(name, types.StringLiteral):
@@ -527,7 +549,7 @@ class _Simd:
 
         f = copy.copy(self.fdef)
         f.name = "_eagle_witness"
-        f.body = block(self.fdef.body)
+        f.body = [_stmt("_eagle_simd_rt.apart()")] + block(self.fdef.body)
         if count:
             f.body.append(_stmt(f"return ({', '.join(f'_eagle_w{k}' for k in range(count))},)"))
         self.n_captures = count
@@ -541,7 +563,8 @@ class _Simd:
         self.vector = self.opts.vector or (512 if host_has_avx512() and not masked else 256)
         flags = []
         body = self._emit(self.items, flags)
-        pre = [_stmt("_eagle_simd_rt.wide()")] if self.vector == 512 else []
+        pre = [_stmt("_eagle_simd_rt.apart()")]
+        pre += [_stmt("_eagle_simd_rt.wide()")] if self.vector == 512 else []
         pre += [_stmt(f"{v}__eagle_v = {v}[{B} - {PO}:]") for v in sorted(self.views)]
         init = []
         for c, op in self.plugin.cells.items():
@@ -754,4 +777,4 @@ class _Index(ast.NodeTransformer):
 
 
 __all__ = ["ENV", "VECTOR_ENV", "Options", "TILE", "TILES", "UNROLL", "Built", "build", "choose",
-           "default_options", "host_has_avx512", "refusal", "same_type", "wide", "ROW", "ALIASES", "RANGE", "LEN", "MIN"]
+           "default_options", "host_has_avx512", "refusal", "same_type", "wide", "apart", "dtype_of", "ROW", "ALIASES", "RANGE", "LEN", "MIN"]
