@@ -94,7 +94,8 @@ def _plane(plugin, role, name, v, lazy_by):
             raise TypeError(f"{kind} plane {name!r} of kernel {k!r} is a {type(v).__name__}: a plane is a dask "
                             "array (from a dask DataFrame or Series: .to_dask_array(lengths=True))")
     elif kind == "Out":
-        raise ValueError(f"output plane {name!r} of kernel {k!r} is a {type(v).__name__}, and this run is lazy "
+        what = "numpy array" if isinstance(v, np.ndarray) else type(v).__name__
+        raise ValueError(f"output plane {name!r} of kernel {k!r} is a {what}, and this run is lazy "
                          f"(plane {lazy_by!r} is a dask array): nothing is written in place; leave {name!r} out "
                          "and use the dask array the run returns (or pass a dask array as its initial values)")
     elif kind == "In" and not is_array(v):

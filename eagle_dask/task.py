@@ -180,13 +180,15 @@ def _run(plugin, inner, label, start, stop, n, sliced, whole, params, fresh, dev
     values = dict(params)
     outputs = plugin.names(*OUTPUT_KINDS)
     sliceable = plugin.sliceable
-    for name, v in sliced.items():
-        values[name] = np.array(v, copy=True) if name in outputs else v
-    for name, v in (whole or {}).items():
-        values[name] = np.array(v, copy=True) if name in outputs else v
+    planes = {**sliced, **(whole or {})}
+    for name, v in planes.items():
+        # outputs copied; inputs C-contiguous (a broadcast chunk, da.ones', would compile anew)
+        values[name] = _copy(v) if name in outputs else (v if _on_device(v) else np.ascontiguousarray(v))
+    on_gpu = any(_on_device(v) for v in planes.values())
     for name, (width, dtype) in fresh.items():
         count = stop - start if name in sliceable else n
-        values[name] = np.zeros((count,) if width is None else (count, width), dtype=dtype)
+        shape = (count,) if width is None else (count, width)
+        values[name] = _device_zeros(shape, dtype, device) if on_gpu else np.zeros(shape, dtype=dtype)
     if stop > start:
         try:
             rows = run_pieces(inner, plugin, values, start, stop, po=start, device=device)
@@ -201,16 +203,33 @@ def _run(plugin, inner, label, start, stop, n, sliced, whole, params, fresh, dev
         rows = {c: np.zeros((0, 2)) for c in plugin.cells}
     blocks = {}
     for name in outputs:
-        v = np.asarray(values[name])
-        blocks[name] = np.ascontiguousarray(v if name in sliceable else v[start:stop])
+        v = values[name]
+        if not _on_device(v):
+            v = np.asarray(v)
+        blocks[name] = v if name in sliceable else _copy(v[start:stop])
     return blocks, {c: np.asarray(r) for c, r in rows.items()}
+
+
+def _on_device(v) -> bool:
+    return hasattr(v, "__cuda_array_interface__")
+
+
+def _copy(v):
+    """A C-contiguous copy of a plane, where it lies (numpy, or CuPy on its device)."""
+    return v.copy() if _on_device(v) else np.array(v, copy=True, order="C")
+
+
+def _device_zeros(shape, dtype, device):
+    """Zeros beside device chunks (CuPy-backed dask arrays on a dask-cuda worker)."""
+    from eagle.device import device_zeros
+    return device_zeros(0 if device is None else device)(shape, dtype)
 
 
 def run_block(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device=None):
     """Run rank ``rank``'s samples ``[start, stop)``; return (output blocks, row partials).
 
-    ``sliced``: sliceable planes, samples ``[start, stop)`` only.  ``whole``: the other planes (shared by the tasks of this worker:
-    outputs among them are copied before writing).  ``fresh``: Out planes to allocate here,
+    ``sliced``: sliceable planes, samples ``[start, stop)`` only.  ``whole``: the other planes
+    (shared by the tasks of this worker).  ``fresh``: Out planes to allocate here,
     ``{name: (width, dtype)}``.
     """
     return _run(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device)

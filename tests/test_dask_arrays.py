@@ -223,7 +223,7 @@ def test_refusals_name_the_plane(client):
     x = da.ones(100, chunks=30)
     with pytest.raises(TypeError, match=r"Param 'a' of kernel 'axpb' is a dask Array: a Param is one number"):
         axpb.run(x=x, a=da.ones(()), b=1.0)
-    with pytest.raises(ValueError, match=r"output plane 'y' of kernel 'axpb' is a ndarray, and this run is lazy "
+    with pytest.raises(ValueError, match=r"output plane 'y' of kernel 'axpb' is a numpy array, and this run is lazy "
                                          r"\(plane 'x' is a dask array\): nothing is written in place"):
         axpb.run(x=x, a=1.0, b=1.0, y=np.zeros(100))
     with pytest.raises(ValueError, match=r"plane 'x' of kernel 'axpb' has unknown chunk sizes"):
@@ -311,3 +311,23 @@ def test_worker_killed_mid_compute_gives_same_bits():
         psutil.Process(c.run(os.getpid, workers=[victim])[victim]).kill()
         x, v, e = c.gather(futures)
     assert K.same_bits(ref, {"x": x, "v": v, "energy": e})
+
+
+def test_device_kernel_inner_on_simulated_gpus(monkeypatch):
+    """inner=DeviceKernel in the lazy mode, on workers running numba's CUDA simulator: the bits of
+    one device process, cells included, over chunks that are not multiples of 32."""
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    with eagle_dask.local_cluster(n_workers=2, env={"NUMBA_ENABLE_CUDASIM": "1"}) as c:
+        c.wait_for_workers(2, timeout=120)
+        for name in ("transcendental", "reductions"):
+            plugin = eagle.deploy(K.CASES[name][0])
+
+            def one_device_process(planes, name=name):
+                p = eagle.deploy(K.CASES[name][0])
+                return K.as_dict(p, eplan.plan(p, structure=eexec.DeviceKernel).run(**planes))
+
+            want = c.submit(one_device_process, K.inputs(name, 301), pure=False).result()
+            p = eplan.plan(plugin, structure=DaskPartition.on(c, progress=False), inner=eexec.DeviceKernel)
+            out = K.as_dict(plugin, p.run(**as_dask(K.inputs(name, 301), (50, 200, 51))))
+            got = dict(zip(out, c.gather(c.compute(list(out.values())))))
+            assert K.same_bits(want, got), name
