@@ -20,6 +20,7 @@ import pytest
 import eagle
 from benchmarks.simd import cellsum, newton, newton_inputs
 from eagle import Cell, In, Out, Param
+from eagle import random as erandom
 from eagle.host import HostEntry
 from eagle.simd import ENV, Options, host_has_avx512
 from tests.kernels import CASES, as_dict, same_bits
@@ -371,3 +372,28 @@ def test_newton_really_iterates_per_sample():
     x = inputs_of("newton", 2000)["x"]
     assert np.all(np.abs(got["root"] - np.sqrt(x)) <= 1e-6 * np.sqrt(x))
     assert not math.isnan(got["root"].sum())
+
+
+@eagle.kernel
+def walk(i, seed: Param, steps: Param, y: Out):
+    """Counter-based draws in a hoisted loop."""
+    v = 0.0
+    for k in range(steps):
+        v = v * 0.5 + erandom.uniform(seed, i, k)
+    y[i] = v
+
+
+def test_draws_vectorise_and_the_module_caches(recwarn):
+    """A kernel drawing from eagle.random takes the vectorised loop, gives the bits of one sample at
+    a time, and numba can cache every function of its module (no "Cannot cache" warning)."""
+    p = eagle.deploy(walk)
+    entry = HostEntry(p, simd=Options(64, 0, 4))
+    y = np.zeros(333)
+    bound = eagle.bind.bind(p, {"seed": 7, "steps": 9, "y": y})
+    entry.run(bound.values, 0, 333, threads=1)
+    assert entry.path == "simd", entry.simd_reason
+    ref = np.zeros(333)
+    bound = eagle.bind.bind(p, {"seed": 7, "steps": 9, "y": ref})
+    HostEntry(p, lanes=1).run(bound.values, 0, 333, threads=1)
+    assert same_bits(y, ref)
+    assert not [w for w in recwarn.list if "Cannot cache" in str(w.message)]
