@@ -176,7 +176,6 @@ def body_call_args(plugin) -> str:
     return ", ".join([scratch_name(name) if name in plugin.cells else name for _, name in plugin.arg_spec] + [ERR])
 
 
-
 # -- what a generated module depends on -----------------------------------------------------------
 _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
 #: packages whose code is covered by their version in the key (numba compiles them itself)

@@ -37,7 +37,6 @@ from .device import cuda_module, device_entry
 from .device_codegen import no_contraction
 
 
-
 def device_ptx(plugin, cc=(9, 0), **planes) -> str:
     """The PTX of ``plugin``'s launch kernel for ``planes`` (arrays give their dtype and
     dimensions, Params their numba type) on compute capability ``cc``; needs numba-cuda's

@@ -27,9 +27,6 @@ STATEFUL = ("random", "numpy.random", "time", "secrets")
 NUMBER_TYPES = (bool, int, float, complex, np.bool_, np.integer, np.floating, np.complexfloating)
 
 
-
-
-
 def _free_names(fdef: ast.FunctionDef):
     """Names the body loads that it does not bind itself, in order of first use."""
     bound = {a.arg for a in fdef.args.args + fdef.args.posonlyargs}
@@ -94,7 +91,7 @@ def _function_entry(kname, name, fn, depth):
     """A helper the kernel calls, compiled from its source with the kernel (a function defined in
     ``__main__`` or a notebook cannot be imported on a worker; a plain Python function is not
     compiled yet).  Its own globals are frozen the same way."""
-    if depth > MAX_HELPER_DEPTH:
+    if depth >= MAX_HELPER_DEPTH:                  # depth 0: a helper the kernel calls itself
         raise ValueError(f"kernel {kname!r}: helper functions nest more than {MAX_HELPER_DEPTH} deep "
                          f"(at {name!r})")
     try:

@@ -17,10 +17,6 @@ from eagle.models import axpb as stream, oscillator
 from eagle import plan as eplan
 
 
-
-
-
-
 def _best(fn, repeats):
     import cupy
     best = math.inf
