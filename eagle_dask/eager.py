@@ -189,7 +189,7 @@ class EagerRun:
         from distributed import wait
         from distributed import TimeoutError as DaskTimeout
         pending = {b.future: b for b in self.blocks}
-        self.alone_since = None
+        self.alone_since = self.held_since = None
         while pending:
             try:
                 wait(list(pending), timeout=POLL, return_when="FIRST_COMPLETED")
@@ -285,11 +285,21 @@ class EagerRun:
             self.alone_since = None
             return [], None
         live = worker_ranks(client)
+        now = time.monotonic()
         if live:
             self.alone_since = None
             addresses = {r.address for r in live}
+            held = [b for b in waiting if b.address in addresses]     # its worker is there, and takes nothing
+            if not held:
+                self.held_since = None
+            elif self.held_since is None:
+                self.held_since = now
+            elif now - self.held_since > self.structure.timeout:
+                raise TimeoutError(
+                    f"DaskPartition: the blocks of rank(s) {sorted(b.rank for b in held)} of kernel "
+                    f"{self.name!r} found no worker to run them for {self.structure.timeout:g} s although "
+                    "the cluster has workers (paused, for memory?); the output planes are incomplete")
             return [b for b in waiting if b.address not in addresses], live
-        now = time.monotonic()
         if self.alone_since is None:
             self.alone_since = now
         elif now - self.alone_since > self.structure.timeout:

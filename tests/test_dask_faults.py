@@ -148,6 +148,45 @@ def test_block_crashing_every_worker_is_given_up_in_bounded_time():
         assert "'crash_me'" in str(err) and "rank " in str(err), str(err)
 
 
+def _set_status(dask_worker, status):
+    from distributed.core import Status
+    dask_worker.status = Status[status]
+
+
+def _statuses(dask_scheduler):
+    return sorted(ws.status.name for ws in dask_scheduler.workers.values())
+
+
+def set_status(client, status):
+    """Every worker ``status``, as the scheduler sees it."""
+    client.run(_set_status, status=status)
+    end = time.monotonic() + 30
+    while client.run_on_scheduler(_statuses) != [status] * 2:
+        assert time.monotonic() < end, client.run_on_scheduler(_statuses)
+        time.sleep(0.05)
+
+
+def test_workers_that_take_nothing_end_the_run_in_bounded_time():
+    """Every worker paused (as for memory): the blocks sit in no-worker on live addresses; the run
+    raises TimeoutError after ``timeout`` seconds instead of waiting forever.  (No memory limit:
+    the workers' memory monitor would unpause them.)"""
+    with eagle_dask.local_cluster(n_workers=2, memory_limit=0) as client:
+        client.wait_for_workers(2, timeout=120)
+        p = eplan.plan(eagle.deploy(oscillator), structure=DaskPartition.on(client, progress=False, timeout=2))
+        p.run(**oscillators(64, 1))
+        set_status(client, "paused")
+        try:
+            th, box = in_thread(p, oscillators(4096, 10))
+            th.join(60)
+        finally:
+            set_status(client, "running")
+        assert not th.is_alive(), "the run hung with every worker paused"
+        err = box.get("error")
+        assert isinstance(err, TimeoutError), repr(box)
+        assert "'oscillator'" in str(err) and "found no worker to run them for 2 s" in str(err), str(err)
+        assert box["seconds"] < 30
+
+
 @pytest.mark.parametrize("how", ["client closed", "futures cancelled"])
 def test_client_closed_or_futures_cancelled_is_eagles_error(how):
     from distributed import Future
