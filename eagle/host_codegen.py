@@ -120,7 +120,7 @@ def simd_source(plugin, opts: Options) -> str:
         out.append(f"{ind}{v}__eagle_A = _eagle_np.empty(({size}, {T}), {dtype})")
         extra.append(f"{v}__eagle_A")
     for f in built.flags:
-        out.append(f"{ind}{f} = _eagle_np.empty({T}, _eagle_np.bool_)")
+        out.append(f"{ind}{f} = _eagle_np.empty({T}, _eagle_np.int64)   # 0 or 1: fewer shuffles than bool")
         extra.append(f)
     tail = "".join(f", {e}" for e in extra)
 
