@@ -41,15 +41,65 @@ def is_array(x) -> bool:
     return isinstance(x, np.ndarray) or hasattr(x, "__cuda_array_interface__")
 
 
-def _param_value(kernel, name, v):
-    """A Param as compiled code takes it: a Python int past int64 but within uint64 as np.uint64
-    (a seed up to 2**64 - 1); beyond both, a refusal."""
+def param_value(plugin, name, planes: dict):
+    """Param ``name`` of a run as compiled code takes it: the value given (a 0-d array unwrapped)
+    or the default; one number, an integer where the body passes it to ``range()``, and a Python
+    int past int64 but within uint64 as np.uint64 (a seed up to 2**64 - 1)."""
+    k = plugin.name
+    if name not in planes:
+        if name not in plugin.defaults:
+            raise TypeError(f"kernel {k!r} is missing Param {name!r}")
+        return plugin.defaults[name]
+    v = planes[name]
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v[()]
+    if not isinstance(v, _PARAM_TYPES):
+        shape = getattr(v, "shape", None)
+        what = f"an array of shape {shape}" if shape is not None else f"a {type(v).__name__}"
+        raise TypeError(f"Param {name!r} of kernel {k!r} takes one number for all samples, "
+                        f"got {what}; pass per-sample values as an In plane")
+    if name in plugin.range_params and not isinstance(v, (int, np.integer)):
+        raise TypeError(f"Param {name!r} of kernel {k!r} is passed to range() and must be an integer, "
+                        f"not {type(v).__name__} {v!r} (Python raises TypeError too; numba would "
+                        "truncate it)")
     if isinstance(v, int) and not isinstance(v, bool) and not _INT64[0] <= v <= _INT64[1]:
         if 0 <= v < 2 ** 64:
             return np.uint64(v)
-        raise OverflowError(f"Param {name!r} of kernel {kernel!r} is {v}: an integer Param fits in int64 or, "
+        raise OverflowError(f"Param {name!r} of kernel {k!r} is {v}: an integer Param fits in int64 or, "
                             "if not negative, uint64 (up to 2**64 - 1)")
     return v
+
+
+def sample_count(kernel: str, n_of: dict) -> int:
+    """The one sample count of a run's planes (``{name: count}``), or a refusal naming them."""
+    if len(set(n_of.values())) > 1:
+        desc = ", ".join(f"{nm!r} has {c}" for nm, c in n_of.items())
+        raise ValueError(f"planes of kernel {kernel!r} have different sample counts: {desc}")
+    if not n_of:
+        raise ValueError(f"kernel {kernel!r}: the number of samples comes from its planes, and none was "
+                         "given; pass an In plane or an output plane to write into")
+    return next(iter(n_of.values()))
+
+
+def check_plane(plugin, name, v):
+    """Refuse a plane whose shape or dtype the body cannot use: (n,) or (n, w) as the body indexes
+    it, holding numbers."""
+    k = plugin.name
+    if v.ndim not in (1, 2):
+        raise ValueError(f"plane {name!r} of kernel {k!r} has {v.ndim} dimensions; a plane is (n,) "
+                         "or (n, w), samples first")
+    if getattr(v, "dtype", np.dtype(np.float64)).kind not in "biufc":
+        raise TypeError(f"plane {name!r} of kernel {k!r} holds {v.dtype} values: a plane holds numbers "
+                        "(bool, integers, floats or complex)")
+    use = plugin.plane_uses.get(name)
+    if use is not None and not use.opaque and use.subscripts:
+        if 2 in use.subscripts and v.ndim != 2:
+            raise ValueError(f"plane {name!r} of kernel {k!r} is indexed as {name}[i, k] and must be "
+                             f"(n, w), but it has shape {tuple(v.shape)}")
+        if use.subscripts == {1} and v.ndim != 1:
+            raise ValueError(f"plane {name!r} of kernel {k!r} is indexed as {name}[i] (one value per "
+                             f"sample) and must be (n,), but it has shape {tuple(v.shape)}; pass a 1-D "
+                             f"plane, or index it {name}[i, k]")
 
 
 def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=False) -> Bound:
@@ -59,14 +109,7 @@ def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=
     structures whose outputs cross processes (float64, C-contiguous).
     """
     k = plugin.name
-    roles = plugin.roles
-    for name in planes:
-        if name not in roles:
-            raise TypeError(f"kernel {k!r} has no argument {name!r} (its arguments: "
-                            f"{', '.join(n for _, n in plugin.arg_spec)})")
-        if roles[name].kind == "Cell":
-            raise TypeError(f"{name!r} is a Cell of kernel {k!r}: a result over samples, not an input; "
-                            "do not pass it")
+    check_names(plugin, planes)
     values, n_of = {}, {}
     for role, name in plugin.arg_spec:
         kind = role.kind
@@ -74,24 +117,7 @@ def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=
             continue
         given = name in planes
         if kind == "Param":
-            if not given:
-                if name not in plugin.defaults:
-                    raise TypeError(f"kernel {k!r} is missing Param {name!r}")
-                values[name] = plugin.defaults[name]
-                continue
-            v = planes[name]
-            if isinstance(v, np.ndarray) and v.ndim == 0:
-                v = v[()]
-            if not isinstance(v, _PARAM_TYPES):
-                shape = getattr(v, "shape", None)
-                what = f"an array of shape {shape}" if shape is not None else f"a {type(v).__name__}"
-                raise TypeError(f"Param {name!r} of kernel {k!r} takes one number for all samples, "
-                                f"got {what}; pass per-sample values as an In plane")
-            if name in plugin.range_params and not isinstance(v, (int, np.integer)):
-                raise TypeError(f"Param {name!r} of kernel {k!r} is passed to range() and must be an integer, "
-                                f"not {type(v).__name__} {v!r} (Python raises TypeError too; numba would "
-                                "truncate it)")
-            values[name] = _param_value(k, name, v)
+            values[name] = param_value(plugin, name, planes)
             continue
         if not given:
             if kind != "Out":
@@ -103,32 +129,12 @@ def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=
         if not is_array(v):
             raise TypeError(f"{kind} plane {name!r} of kernel {k!r} must be an array written in place, "
                             f"not a {type(v).__name__}")
-        if v.ndim not in (1, 2):
-            raise ValueError(f"plane {name!r} of kernel {k!r} has {v.ndim} dimensions; a plane is (n,) "
-                             "or (n, w), samples first")
-        if getattr(v, "dtype", np.dtype(np.float64)).kind not in "biufc":
-            raise TypeError(f"plane {name!r} of kernel {k!r} holds {v.dtype} values: a plane holds numbers "
-                            "(bool, integers, floats or complex)")
-        use = plugin.plane_uses.get(name)
-        if use is not None and not use.opaque and use.subscripts:
-            if 2 in use.subscripts and v.ndim != 2:
-                raise ValueError(f"plane {name!r} of kernel {k!r} is indexed as {name}[i, k] and must be "
-                                 f"(n, w), but it has shape {tuple(v.shape)}")
-            if use.subscripts == {1} and v.ndim != 1:
-                raise ValueError(f"plane {name!r} of kernel {k!r} is indexed as {name}[i] (one value per "
-                                 f"sample) and must be (n,), but it has shape {tuple(v.shape)}; pass a 1-D "
-                                 f"plane, or index it {name}[i, k]")
+        check_plane(plugin, name, v)
         if kind in OUTPUT_KINDS:
-            _check_output(k, name, role, v, gathered)
+            check_output(k, name, role, v, gathered)
         values[name] = v
         n_of[name] = int(v.shape[0])
-    if len(set(n_of.values())) > 1:
-        desc = ", ".join(f"{nm!r} has {c}" for nm, c in n_of.items())
-        raise ValueError(f"planes of kernel {k!r} have different sample counts: {desc}")
-    if not n_of:
-        raise ValueError(f"kernel {k!r}: the number of samples comes from its planes, and none was "
-                         "given; pass an In plane or an output plane to write into")
-    n = next(iter(n_of.values()))
+    n = sample_count(k, n_of)
     outputs = plugin.names(*OUTPUT_KINDS)
     supplied = {name for name in outputs if name in planes}
     _check_aliasing(k, values, outputs)
@@ -139,7 +145,21 @@ def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=
     return Bound(n=n, values=values, outputs=outputs, supplied=supplied)
 
 
-def _check_output(k, name, role, v, gathered):
+def check_names(plugin, planes: dict):
+    """Refuse a name the kernel has no argument for, and a cell passed in."""
+    k, roles = plugin.name, plugin.roles
+    for name in planes:
+        if name not in roles:
+            raise TypeError(f"kernel {k!r} has no argument {name!r} (its arguments: "
+                            f"{', '.join(n for _, n in plugin.arg_spec)})")
+        if roles[name].kind == "Cell":
+            raise TypeError(f"{name!r} is a Cell of kernel {k!r}: a result over samples, not an input; "
+                            "do not pass it")
+
+
+def check_output(k, name, role, v, gathered):
+    """Refuse an output plane that does not match its declaration, or (``gathered``) is not
+    float64, or that eagle could not write in place (not C-contiguous, read-only)."""
     if role.kind == "Out":
         want = role.out_dtype
         if v.dtype != want:

@@ -77,7 +77,7 @@ class Plan:
                              "CPU threads; device= picks the GPU of a DeviceKernel plan (or of inner=DeviceKernel)")
         bound = self.structure.bind(self, planes, device)
         rows = self.structure.execute(self, bound, device)
-        return self.result(bound, rows)
+        return self.structure.result(self, bound, rows)
 
     def result(self, bound, rows):
         out = {}

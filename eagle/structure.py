@@ -40,6 +40,11 @@ class Structure:
     def check_plan(self, plan):
         """Refusals this structure adds at plan time."""
 
+    def result(self, plan, bound, rows):
+        """What ``Plan.run`` returns: the outputs of ``bound`` and the cells folded from ``rows``
+        (``Plan.result``); a structure whose runs return something else overrides it."""
+        return plan.result(bound, rows)
+
     def execute(self, plan, bound, device):
         """Run every sample of ``bound``; write output planes in place; return cells' row partials."""
         raise NotImplementedError(f"{type(self).__name__} does not implement execute()")

@@ -32,14 +32,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from eagle.bind import GATHERED_DTYPE, is_array, not_gatherable
+from eagle.bind import (GATHERED_DTYPE, check_names, check_output, check_plane, is_array, not_gatherable,
+                        param_value, sample_count)
 from eagle.roles import OUTPUT_KINDS
 from eagle.rows import ROW
 
 from .task import PluginRef, fold_cell, pick_block, pick_rows, run_chunk
 
-_INT64 = (-(2 ** 63), 2 ** 63 - 1)
-_PARAM_TYPES = (bool, int, float, complex, np.generic)
 
 
 def is_dask(v) -> bool:
@@ -65,24 +64,13 @@ class LazyBound:
 
 
 # -- binding -----------------------------------------------------------------------------------
-def _param(k, name, v):
+def _param(plugin, name, planes):
+    v = planes.get(name)
     if is_dask(v):
-        raise TypeError(f"Param {name!r} of kernel {k!r} is a dask {type(v).__name__}: a Param is one number for "
-                        "all samples, known when the graph is built; pass a number (compute it first, "
-                        f"float({name}.compute())), or per-sample values as an In plane")
-    if isinstance(v, np.ndarray) and v.ndim == 0:
-        v = v[()]
-    if not isinstance(v, _PARAM_TYPES):
-        shape = getattr(v, "shape", None)
-        what = f"an array of shape {shape}" if shape is not None else f"a {type(v).__name__}"
-        raise TypeError(f"Param {name!r} of kernel {k!r} takes one number for all samples, "
-                        f"got {what}; pass per-sample values as an In plane")
-    if isinstance(v, int) and not isinstance(v, bool) and not _INT64[0] <= v <= _INT64[1]:
-        if 0 <= v < 2 ** 64:
-            return np.uint64(v)
-        raise OverflowError(f"Param {name!r} of kernel {k!r} is {v}: an integer Param fits in int64 or, "
-                            "if not negative, uint64 (up to 2**64 - 1)")
-    return v
+        raise TypeError(f"Param {name!r} of kernel {plugin.name!r} is a dask {type(v).__name__}: a Param is one "
+                        "number for all samples, known when the graph is built; pass a number (compute it "
+                        f"first, float({name}.compute())), or per-sample values as an In plane")
+    return param_value(plugin, name, planes)
 
 
 def _plane(plugin, role, name, v, lazy_by):
@@ -103,13 +91,7 @@ def _plane(plugin, role, name, v, lazy_by):
     elif not is_array(v):
         raise TypeError(f"{kind} plane {name!r} of kernel {k!r} must be an array (numpy or dask), "
                         f"not a {type(v).__name__}")
-    if v.ndim not in (1, 2):
-        raise ValueError(f"plane {name!r} of kernel {k!r} has {v.ndim} dimensions; a plane is (n,) "
-                         "or (n, w), samples first")
-    use = plugin.plane_uses.get(name)
-    if use is not None and use.index_dims == 2 and v.ndim != 2:
-        raise ValueError(f"plane {name!r} of kernel {k!r} is indexed as {name}[i, k] and must be "
-                         f"(n, w), but it has shape {tuple(v.shape)}")
+    check_plane(plugin, name, v)
     if isinstance(v, da.Array):
         if any(c != c for dim in v.chunks for c in dim):
             raise ValueError(f"plane {name!r} of kernel {k!r} has unknown chunk sizes (shape {v.shape}): "
@@ -119,17 +101,9 @@ def _plane(plugin, role, name, v, lazy_by):
                              f"{v.chunks[1]}): a vector plane is cut along samples only; rechunk it with "
                              f"{name}.rechunk({{1: -1}})")
     if kind in OUTPUT_KINDS:
-        if kind == "Out":
-            if v.dtype != role.out_dtype:
-                raise TypeError(f"output plane {name!r} of kernel {k!r} is {v.dtype}, but the kernel declares "
-                                f"it {role.out_dtype}")
-            if role.width is not None and (v.ndim != 2 or v.shape[1] != role.width):
-                raise ValueError(f"output plane {name!r} of kernel {k!r} is declared Out[{role.width}] and must "
-                                 f"be (n, {role.width}), but it has shape {tuple(v.shape)}")
-            if role.width is None and v.ndim != 1:
-                raise ValueError(f"output plane {name!r} of kernel {k!r} is declared Out (one value per sample) "
-                                 f"and must be (n,), but it has shape {tuple(v.shape)}; declare Out[w] for vectors")
-        if v.dtype != GATHERED_DTYPE:
+        if isinstance(v, da.Array):
+            check_output(k, name, role, v, gathered=True)
+        elif v.dtype != GATHERED_DTYPE:                 # a numpy Mutable: read, never written
             raise not_gatherable(f"output plane {name!r} of kernel {k!r} is", v.dtype)
     return v
 
@@ -138,14 +112,8 @@ def bind_lazy(plan, planes: dict, device=None) -> LazyBound:
     """Check a lazy run's arguments against the kernel's roles (the words of ``eagle.bind.bind``,
     and the lazy mode's own refusals); nothing is computed."""
     plugin = plan.plugin
-    k, roles = plugin.name, plugin.roles
-    for name in planes:
-        if name not in roles:
-            raise TypeError(f"kernel {k!r} has no argument {name!r} (its arguments: "
-                            f"{', '.join(n for _, n in plugin.arg_spec)})")
-        if roles[name].kind == "Cell":
-            raise TypeError(f"{name!r} is a Cell of kernel {k!r}: a result over samples, not an input; "
-                            "do not pass it")
+    k = plugin.name
+    check_names(plugin, planes)
     lazy_by = next(name for name, v in planes.items() if is_dask(v))
     values, n_of = {}, {}
     for role, name in plugin.arg_spec:
@@ -153,12 +121,7 @@ def bind_lazy(plan, planes: dict, device=None) -> LazyBound:
         if kind == "Cell":
             continue
         if kind == "Param":
-            if name in planes:
-                values[name] = _param(k, name, planes[name])
-            elif name in plugin.defaults:
-                values[name] = plugin.defaults[name]
-            else:
-                raise TypeError(f"kernel {k!r} is missing Param {name!r}")
+            values[name] = _param(plugin, name, planes)
             continue
         if name not in planes:
             if kind != "Out":
@@ -167,14 +130,9 @@ def bind_lazy(plan, planes: dict, device=None) -> LazyBound:
         v = _plane(plugin, role, name, planes[name], lazy_by)
         values[name] = v
         n_of[name] = int(v.shape[0])
-    if len(set(n_of.values())) > 1:
-        desc = ", ".join(f"{nm!r} has {c}" for nm, c in n_of.items())
-        raise ValueError(f"planes of kernel {k!r} have different sample counts: {desc}")
-    if not n_of:
-        raise ValueError(f"kernel {k!r}: the number of samples comes from its planes, and none was "
-                         "given; pass an In plane or an output plane to write into")
+    n = sample_count(k, n_of)
     outputs = plugin.names(*OUTPUT_KINDS)
-    return LazyBound(n=next(iter(n_of.values())), values=values, outputs=outputs,
+    return LazyBound(n=n, values=values, outputs=outputs,
                      supplied={name for name in outputs if name in planes}, lazy_by=lazy_by)
 
 
@@ -281,10 +239,10 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
 
 
 def plan_result(plan, bound, rows):
-    """``Plan.result`` for a plan on DaskPartition: a lazy run's dask arrays (a single output
-    bare, several as a dict by name, cells where they stand), else ``Plan.result`` itself."""
+    """What a run on DaskPartition returns (``Structure.result``): a lazy run's dask arrays (a
+    single output bare, several as a dict by name, cells where they stand), else ``Plan.result``."""
     if not getattr(bound, "lazy", False):
-        return type(plan).result(plan, bound, rows)
+        return plan.result(bound, rows)
     out = {name: bound.results[name] for role, name in plan.plugin.arg_spec if name in bound.results}
     if len(out) == 1:
         return next(iter(out.values()))

@@ -43,6 +43,10 @@ import numpy as np
 from eagle.bind import is_array
 from eagle.rows import split
 
+from .progress import show_progress
+from .ranks import worker_ranks
+from .task import PluginRef, run_block
+
 #: seconds between looks at the scheduler's view of the blocks while none comes back
 POLL = 0.5
 #: seconds a finished run's futures (its blocks, its scattered planes) stay held at most
@@ -118,7 +122,6 @@ class EagerRun:
 
     # -- setting up ----------------------------------------------------------------------
     def run(self):
-        from .task import PluginRef, run_block
         plugin, bound = self.plugin, self.bound
         client = self.client = self.structure.get_client()
         self.table = self.structure._ranks_now(client)
@@ -152,7 +155,6 @@ class EagerRun:
                     self._submit(b, self.table[b.rank].address)
             Held.release_after_submit(client)
             if self.structure._progress_wanted():
-                from .progress import show_progress
                 self.bar = show_progress([b.future for b in self.blocks])
             self._supervise()
             if self.bar is not None:        # the bar counts the finished keys: release them after it ends
@@ -275,7 +277,6 @@ class EagerRun:
     def _stuck(self, blocks):
         """Blocks the scheduler holds in ``no-worker`` although workers are back; raises
         ``TimeoutError`` once the cluster has had no worker at all for ``timeout`` seconds."""
-        from .ranks import worker_ranks
         client = self.client
         if client.status != "running":
             return [], None                             # the next wait says what happened

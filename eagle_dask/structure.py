@@ -15,7 +15,6 @@ Two modes, chosen by the planes of each run:
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -23,7 +22,10 @@ import numpy as np
 from eagle.rows import is_count
 from eagle.structure import Structure
 
+from .arrays import bind_lazy, execute_lazy, has_dask, plan_result
+from .eager import EagerRun
 from .progress import progress_wanted as _progress_wanted
+from .ranks import worker_ranks
 
 #: seconds a run waits with no worker at all before it gives up
 DEFAULT_TIMEOUT = 60.0
@@ -73,19 +75,16 @@ class _DaskPartition(Structure):
 
     def ranks(self, gpus=True):
         """``{rank: Rank(address, name, host, gpu)}`` of the workers this structure runs on."""
-        from .ranks import worker_ranks
         return dict(enumerate(worker_ranks(self.get_client(), self.workers, gpus=gpus)))
 
     # -- the run -----------------------------------------------------------------------
-    def check_plan(self, plan):
-        """A plan on DaskPartition returns dask arrays from a lazy run (``eagle_dask.arrays``)."""
-        from .arrays import plan_result
-        plan.result = functools.partial(plan_result, plan)
+    def result(self, plan, bound, rows):
+        """A lazy run returns dask arrays (``eagle_dask.arrays``); a numpy run, numpy planes."""
+        return plan_result(plan, bound, rows)
 
     def bind(self, plan, planes, device):
         """Any plane a dask array: the lazy mode's rules (``eagle_dask.arrays.bind_lazy``);
         else those of every structure that gathers outputs."""
-        from .arrays import bind_lazy, has_dask
         if has_dask(planes):
             return bind_lazy(plan, planes, device)
         return super().bind(plan, planes, device)
@@ -94,15 +93,12 @@ class _DaskPartition(Structure):
         """Lazy: build the graph (``eagle_dask.arrays``).  numpy: run every block on the workers
         (``eagle_dask.eager``); return the cells' row partials (full rows)."""
         if getattr(bound, "lazy", False):
-            from .arrays import execute_lazy
             return execute_lazy(plan, bound, device)
-        from .eager import EagerRun
         return EagerRun(self, plan, bound, device).run()
 
     def _ranks_now(self, client, every=False):
         """The ranks now (``every``: all the cluster's workers), waiting at most ``timeout``
         seconds for a first worker."""
-        from .ranks import worker_ranks
         keep = None if every else self.workers
         table = worker_ranks(client, keep)
         if not table:
