@@ -65,6 +65,7 @@ ENV = "EAGLE_HOST_SIMD"                 # 0: the laned loop; 1 (default): the ve
 VECTOR_ENV = "EAGLE_HOST_VECTOR"        # 256 or 512: the vector width asked of LLVM
 TILES = (32, 64, 128, 256, 512)         # tile widths: whole rows, so a tile never splits a row
 TILE = 128
+assert all(t % ROW == 0 for t in TILES + (TILE,))
 FLAT_TILE = 2048                        # a body with no state: tiles only bound the cell buffers
 UNROLL = 4
 SMALL_LOOP = 16                         # a literal range this short stays inside its segment
@@ -777,4 +778,5 @@ class _Index(ast.NodeTransformer):
 
 
 __all__ = ["ENV", "VECTOR_ENV", "Options", "TILE", "TILES", "UNROLL", "Built", "build", "choose",
-           "default_options", "host_has_avx512", "refusal", "same_type", "wide", "apart", "dtype_of", "ROW", "ALIASES", "RANGE", "LEN", "MIN"]
+           "default_options", "host_has_avx512", "refusal", "same_type", "wide", "apart", "dtype_of",
+           "ALIASES", "RANGE", "LEN", "MIN"]
