@@ -10,16 +10,19 @@ the first error in sample order.  The compiled entry is built once per process a
 from __future__ import annotations
 
 import os
+import re
 import threading
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 
+import numba
 import numpy as np
 from numba.core.errors import NumbaError
 
 from .access import CROSS_SAMPLE_WRITE
 from .bounds import index_error, new_record, raised_record
-from .codegen import load_module
-from .errors import kernel_error
+from .codegen import load_module, user_lines
+from .errors import compile_error, kernel_error
 from .host_codegen import host_source, simd_source
 from .lanes import choose
 from .simd import choose as simd_choose, refusal as simd_refusal
@@ -29,6 +32,8 @@ _ENTRIES = {}
 _LOCK = threading.Lock()
 _POOL = None
 MIN_TILE = 2048
+#: seconds an interrupted run waits for its tiles to stop
+STOP_WAIT = 10.0
 
 
 def cpu_count() -> int:
@@ -112,24 +117,44 @@ class HostEntry:
         self.lanes, self.lanes_reason = self.module.TILE_WIDTH, None
 
     def _compile(self, start, po, args, r0):
-        """Compile the tile for these argument types.  A vectorised loop numba cannot compile
-        falls back to the laned loop, a laned body to one sample at a time (whose own error, if
-        any, is the kernel's)."""
-        def attempt():
-            self.tile(start, start, po, np.full(1, -1, np.int64), *args, new_record()[0], r0)
-        if self.simd is not None:
-            try:
-                return attempt()
-            except NumbaError as e:
-                self.simd, self.simd_reason = None, simd_refusal(e)
-                self._load(*choose(self.plugin))
+        """Compile the tile for these argument types.
+
+        When one sample at a time does not compile either, the arguments are the kernel's problem:
+        a short TypeError naming the kernel, its line and the types (``errors.compile_error``),
+        and the entry keeps its path for later runs.  When only the faster path does not compile,
+        the entry falls back visibly: the vectorised loop to the laned one, the laned body to one
+        sample at a time (``simd_reason``, ``lanes_reason``)."""
+        def attempt(module):
+            module._eagle_tile(start, start, po, new_progress(), *args, new_record()[0], r0)
+
         try:
-            attempt()
+            return attempt(self.module)
         except NumbaError as e:
-            if self.lanes == 1:
-                raise
-            self._load(1, f"the laned body did not compile ({type(e).__name__})")
-            attempt()
+            failed = e
+        one_source = host_source(self.plugin, 1)
+        one = self.module if self.path == "one" else load_module("host", self.plugin, one_source)
+        if one is not self.module:
+            try:
+                attempt(one)
+            except NumbaError as e:
+                failed = e
+            else:
+                if self.simd is not None:
+                    self.simd, self.simd_reason = None, simd_refusal(failed)
+                    self._load(*choose(self.plugin))
+                    if self.lanes == 1:
+                        return
+                    try:
+                        return attempt(self.module)
+                    except NumbaError as e:
+                        failed = e
+                self._load(1, f"the laned body did not compile ({type(failed).__name__})")
+                return
+        line = user_lines(self.plugin, self.source if one is self.module else one_source).get(
+            _failing_line(failed, one))
+        described = ", ".join(f"{name}: {role!r} {numba.typeof(v)}"
+                              for (role, name), v in zip(self.plugin.arg_spec, args))
+        raise compile_error(self.plugin.name, failed, described, line) from failed
 
     def run(self, values: dict, start: int, stop: int, po: int = 0, threads: int | None = None) -> dict:
         """Run samples ``[start, stop)``; planes in ``values`` start at sample ``po``.
@@ -151,7 +176,7 @@ class HostEntry:
             return rows
         # compile (or load from the disk cache) in this thread, before the team starts
         self._compile(start, po, args, r0)
-        progs = [np.full(1, -1, np.int64) for _ in cut]
+        progs = [new_progress() for _ in cut]
         unused = new_record(len(cut))                  # the device's bounds record; the host raises
         errors = [None] * len(cut)
 
@@ -162,13 +187,19 @@ class HostEntry:
             except Exception as e:  # noqa: BLE001 - re-raised below, first in sample order
                 errors[k] = e
 
-        if len(cut) == 1 or threads == 1:
+        def in_order():
             for k in range(len(cut)):
                 one(k)
                 if errors[k] is not None:
                     break
+
+        # the tiles run on the team, never in this thread, which waits where Ctrl-C reaches it
+        pool = _pool(max(threads, 1))
+        if len(cut) == 1 or threads == 1:
+            jobs = [pool.submit(in_order)]
         else:
-            list(_pool(threads).map(one, range(len(cut))))
+            jobs = [pool.submit(one, k) for k in range(len(cut))]
+        _wait(jobs, progs)
         for k, e in enumerate(errors):                # tiles in sample order: the first error wins
             if e is None:
                 continue
@@ -179,6 +210,36 @@ class HostEntry:
             where = f"sample {s}" if s >= 0 else f"a sample in [{cut[k][0]}, {cut[k][1]})"
             raise kernel_error(p.name, e, where) from e
         return rows
+
+
+def new_progress() -> np.ndarray:
+    """A tile's progress record: the sample a raising kernel is at, and the stop flag the
+    generated loop polls between samples (``host_codegen.POLL``)."""
+    return np.array([-1, 0], dtype=np.int64)
+
+
+def _wait(jobs, progs):
+    """Wait for the team's jobs.  When this thread is interrupted (Ctrl-C), every tile is told to
+    stop at its next sample, the team is waited for (``STOP_WAIT`` seconds at most), and the
+    interruption goes on: a run stops within about a poll of Ctrl-C and the process can exit."""
+    try:
+        pending = set(jobs)
+        while pending:
+            _, pending = futures.wait(pending, timeout=0.25)
+    except BaseException:
+        for prog in progs:
+            prog[1] = 1
+        futures.wait(jobs, timeout=STOP_WAIT)
+        raise
+
+
+def _failing_line(exc, module):
+    """The line of ``module`` numba's message points at first (the body's, where it failed)."""
+    name = os.path.basename(getattr(module, "__file__", "") or "")
+    for m in re.finditer(r'File "([^"]+)", line (\d+)', str(exc)):
+        if name and os.path.basename(m.group(1)) == name:
+            return int(m.group(2))
+    return None
 
 
 def host_entry(plugin) -> HostEntry:

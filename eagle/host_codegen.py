@@ -21,6 +21,14 @@ from .rows import BUILTIN_ALIASES, RANGE, ROW, row_loop_lines, scratch_name
 from .simd import ALIASES as SIMD_ALIASES, MIN as SMIN, Options, build as simd_build
 
 TRACK = "_eagle_prog[0] = _eagle_i"
+#: the stop flag (``eagle.host.new_progress``): a tile returns at the next sample, group or tile
+#: after Ctrl-C
+STOP = "_eagle_prog[1] != 0"
+
+
+def poll(ind: str) -> list:
+    """Lines that end the tile when the run was interrupted."""
+    return [f"{ind}if {STOP}:", f"{ind}    return"]
 
 
 def group_loop(ind: str, start: str, stop: str, call_args: str, lanes: int, track: bool) -> list:
@@ -34,10 +42,12 @@ def group_loop(ind: str, start: str, stop: str, call_args: str, lanes: int, trac
     if lanes > 1:
         lines += [f"{ind}_eagle_g = {start}",
                   f"{ind}while _eagle_g + {lanes} <= {stop}:",
+                  *poll(ind + "    "),
                   f"{ind}    _eagle_body_lanes(_eagle_g, {call_args})",
                   f"{ind}    _eagle_g += {lanes}"]
         first = "_eagle_g"
     lines.append(f"{ind}for _eagle_i in {RANGE}({first}, {stop}):")
+    lines += poll(ind + "    ")
     if track:
         lines.append(f"{ind}    {TRACK}")
     lines.append(f"{ind}    _eagle_body(_eagle_i, {call_args})")
@@ -130,12 +140,14 @@ def simd_source(plugin, opts: Options) -> str:
     if not plugin.cells:
         out += [f"{ind}_eagle_b = _eagle_start",
                 f"{ind}while _eagle_b < _eagle_stop:",
+                *poll(ind + "    "),
                 f"{ind}    _eagle_e = {SMIN}(_eagle_b + {T}, _eagle_stop)",
                 f"{ind}    {call('_eagle_b', '_eagle_e - _eagle_b')}",
                 f"{ind}    _eagle_b = _eagle_e"]
     else:
         def samples(ind2, r, e):
-            lines = [f"{ind2}if {r} >= _eagle_te:                # the next tile: its cells into the buffers",
+            lines = poll(ind2) + [
+                     f"{ind2}if {r} >= _eagle_te:                # the next tile: its cells into the buffers",
                      f"{ind2}    _eagle_tb = {r}",
                      f"{ind2}    _eagle_te = {SMIN}({r} + {T}, _eagle_stop)",
                      f"{ind2}    {call('_eagle_tb', '_eagle_te - _eagle_tb')}"]

@@ -137,6 +137,17 @@ class Plugin:
         """Why the host engine runs one sample at a time, or None when it runs lanes."""
         return host_entry(self).lanes_reason
 
+    @property
+    def host_path(self) -> str:
+        """The host loop that runs this kernel: ``"simd"`` (vectorised across samples, ``eagle.simd``),
+        ``"lanes"`` (samples in lockstep, ``eagle.lanes``) or ``"one"`` (one sample at a time)."""
+        return host_entry(self).path
+
+    @property
+    def host_simd_reason(self):
+        """Why the host does not run the vectorised loop, or None when it does."""
+        return host_entry(self).simd_reason
+
     def device_ptx(self, cc=(9, 0), **planes) -> str:
         """The PTX of the device launch kernel for the dtypes and shapes of ``planes`` (numpy
         arrays; Params as numbers), for compute capability ``cc``, compiled with the options and

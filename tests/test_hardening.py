@@ -212,3 +212,30 @@ def test_a_two_dimensional_plane_indexed_as_one_value_per_sample():
 def test_an_object_plane():
     with pytest.raises(TypeError, match="plane 'x' of kernel 'doubled' holds object values"):
         eplan.plan(doubled, structure=eexec.HostTeam).run(x=np.array([object()] * 4))
+
+
+# --- a kernel numba cannot compile for the arguments given --------------------------------------
+@eagle.kernel
+def halves(i, x: In, y: Out):
+    v = x[i] * 0.5
+    y[i] = v
+
+
+def test_a_typing_failure_is_a_short_error_naming_the_kernel_line_and_types():
+    from numba.core.errors import TypingError
+    plugin = eagle.deploy(halves)
+    path_before = eagle.host.host_entry(plugin).path
+    with pytest.raises(TypeError) as info:
+        eplan.plan(plugin, structure=eexec.HostTeam).run(x=np.arange(4) + 1j)
+    msg = str(info.value)
+    assert msg.startswith(f"kernel 'halves', line {line_of(halves, 'y[i] = v')} cannot be compiled for the "
+                          "arguments given (x: In array(complex128, 1d, C), y: Out array(float64, 1d, C)")
+    assert "numba says: No implementation of function" in msg
+    assert "eagle_host_" not in msg                       # not a path to the generated file
+    assert isinstance(info.value.__cause__, TypingError)
+    # the failed types did not demote the kernel: a good run keeps its fast path, and its bits
+    entry = eagle.host.host_entry(plugin)
+    assert entry.path == path_before and entry.path != "one"
+    x = np.linspace(-1.0, 1.0, 301)
+    assert same_bits(eplan.plan(plugin, structure=eexec.HostTeam).run(x=x), x * 0.5)
+    assert eagle.host.host_entry(plugin).path == path_before
