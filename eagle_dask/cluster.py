@@ -39,13 +39,23 @@ def _owning_client(cluster):
     from distributed import Client
 
     class OwningClient(Client):
-        """A client that closes its cluster when it closes."""
+        """A client that closes its cluster when it closes (once)."""
+
+        _eagle_cluster_closed = False
 
         def close(self, *args, **kwargs):
             try:
                 return super().close(*args, **kwargs)
             finally:
-                cluster.close()
+                if not self._eagle_cluster_closed:
+                    self._eagle_cluster_closed = True
+                    cluster.close()
+
+        def __del__(self):
+            # at garbage collection, closing the cluster can deadlock a client being started in
+            # the same thread (distributed's LoopRunner lock); the cluster's own finaliser closes it
+            self._eagle_cluster_closed = True
+            super().__del__()
 
     return OwningClient(cluster)
 
