@@ -182,12 +182,38 @@ def slow_neighbours(i, x: In, steps: Param, y: Out):
     y[i] = acc
 
 
-#: kernel, fresh inputs of 64 samples at about three seconds per block of 32 (on an idle core,
-#: laned): a block must still be running when the test kills its worker
+BLOCK_SECONDS = 3.0
+_STEPS = {}
+
+
+def _steps_for(name, kernel, make, seconds=BLOCK_SECONDS):
+    """Steps that make a block of 32 samples take about ``seconds`` on one thread here (measured
+    once: the host loop's speed differs between machines and between its laned and vectorised
+    forms), so that a block is still running when a test kills its worker."""
+    if name not in _STEPS:
+        probe = eplan.plan(kernel, structure=eexec.HostTeam)
+        trial = 1_000_000
+        block = {k: (v[:32].copy() if isinstance(v, np.ndarray) else v) for k, v in make(trial).items()}
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("EAGLE_NUM_THREADS", "1")
+            probe.run(**{**block, "steps": 1})                 # compile outside the timing
+            t = time.perf_counter()
+            probe.run(**block)
+            took = time.perf_counter() - t
+        _STEPS[name] = max(trial, int(trial * seconds / max(took, 1e-6)))
+    return _STEPS[name]
+
+
+def _slow(name, kernel, make):
+    return kernel, lambda: make(_steps_for(name, kernel, make))
+
+
+#: kernel, fresh inputs of 64 samples at about BLOCK_SECONDS per block of 32 (on an idle core)
 SLOW = {
-    "oscillator": (K.oscillator, lambda: {**K.inputs("oscillator", 64), "steps": 200_000_000}),
-    "slow_neighbours": (slow_neighbours, lambda: {"x": np.random.default_rng(7).uniform(-1, 1, 64),
-                                                  "steps": 60_000_000}),
+    "oscillator": _slow("oscillator", K.oscillator,
+                        lambda steps: {**K.inputs("oscillator", 64), "steps": steps}),
+    "slow_neighbours": _slow("slow_neighbours", slow_neighbours,
+                             lambda steps: {"x": np.random.default_rng(7).uniform(-1, 1, 64), "steps": steps}),
 }
 
 

@@ -292,7 +292,7 @@ def test_worker_killed_mid_compute_gives_same_bits():
     the graph's lineage on the survivor, with the same bits."""
     import psutil
     plugin = eagle.deploy(oscillator)
-    n, chunk, steps = 8192, 1024, 600_000
+    n, chunk, steps = 8192, 1024, 10_000_000          # seconds of work per worker, vectorised or not
     ref = eplan.plan(plugin, structure=eexec.HostTeam).run(
         omega=np.linspace(0.5, 2.0, n), dt=1e-3, steps=steps, x=np.ones(n), v=np.zeros(n))
     with eagle_dask.local_cluster(n_workers=2, threads_per_worker=1) as c:
