@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from unittest import mock
 
 import numpy as np
@@ -22,6 +21,8 @@ from eagle.bits import same_bits
 from eagle import In, Out
 from eagle.host import HostEntry, host_entry, num_threads
 from eagle.models import oscillator, stencil
+
+from .measure import run_entry
 
 REPEATS = 5
 
@@ -54,14 +55,6 @@ def unchecked_entry(plugin) -> HostEntry:
         return HostEntry(plugin)
 
 
-def _run(entry, planes, threads):
-    bound = eagle.bind.bind(entry.plugin, planes)
-    t = time.perf_counter()
-    rows = entry.run(bound.values, 0, bound.n, threads=threads)
-    dt = time.perf_counter() - t
-    return dt, {**{o: bound.values[o].copy() for o in bound.outputs}, **rows}
-
-
 def bench(kernel, make, threads):
     p = eagle.deploy(kernel)
     checked, bare = host_entry(p), unchecked_entry(p)
@@ -69,12 +62,12 @@ def bench(kernel, make, threads):
     small = {k: (v[:64].copy() if isinstance(v, np.ndarray) else v) for k, v in make().items()}
     if "idx" in small:
         small["idx"] = small["idx"] % 64
-    _run(checked, small, threads), _run(bare, small, threads)       # compile outside the timing
+    run_entry(checked, small, threads), run_entry(bare, small, threads)       # compile outside the timing
     times = {"checked": [], "bare": []}
     outs = {}
     for _ in range(REPEATS):
         for name, entry in (("checked", checked), ("bare", bare)):
-            dt, outs[name] = _run(entry, make(), threads)
+            dt, outs[name] = run_entry(entry, make(), threads)
             times[name].append(dt)
     same = same_bits(outs["checked"], outs["bare"])
     return statistics.median(times["checked"]), statistics.median(times["bare"]), same

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -22,6 +21,7 @@ from eagle import In, Out, Param
 from eagle.host import HostEntry, num_threads
 
 from .kernels import oscillator, stream
+from .measure import run_entry
 
 REPEATS = 5
 
@@ -56,26 +56,16 @@ def cases(n, rng):
     }
 
 
-def _run(entry, planes, threads):
-    """Seconds for one run of every sample, and the outputs."""
-    p = entry.plugin
-    bound = eagle.bind.bind(p, planes)
-    t = time.perf_counter()
-    rows = entry.run(bound.values, 0, bound.n, threads=threads)
-    dt = time.perf_counter() - t
-    return dt, {**{o: bound.values[o].copy() for o in bound.outputs}, **rows}
-
-
 def bench(kernel, make, threads):
     p = eagle.deploy(kernel)
     one, laned = HostEntry(p, lanes=1), HostEntry(p, simd=False)
     small = {k: (v[:64].copy() if isinstance(v, np.ndarray) else v) for k, v in make().items()}
-    _run(one, small, threads), _run(laned, small, threads)          # compile outside the timing
+    run_entry(one, small, threads), run_entry(laned, small, threads)          # compile outside the timing
     times = {"one": [], "laned": []}
     outs = {}
     for _ in range(REPEATS):
         for name, entry in (("one", one), ("laned", laned)):
-            dt, outs[name] = _run(entry, make(), threads)
+            dt, outs[name] = run_entry(entry, make(), threads)
             times[name].append(dt)
     same = all(np.asarray(outs["one"][k]).tobytes() == np.asarray(outs["laned"][k]).tobytes()
                for k in outs["one"])

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import eagle.bind
+
 from .kernels import SPECS, inputs
 
 
@@ -86,3 +88,13 @@ def median(times) -> float:
 def spread(times) -> float:
     """max - min of the timed runs (the table says so)."""
     return float(np.max(times) - np.min(times)) if len(times) else float("nan")
+
+
+def run_entry(entry, planes, threads):
+    """Seconds for one run of every sample through a host entry (``eagle.host.HostEntry``), and
+    the outputs (planes copied, cells' row partials)."""
+    bound = eagle.bind.bind(entry.plugin, planes)
+    t = time.perf_counter()
+    rows = entry.run(bound.values, 0, bound.n, threads=threads)
+    dt = time.perf_counter() - t
+    return dt, {**{o: bound.values[o].copy() for o in bound.outputs}, **rows}

@@ -53,6 +53,7 @@ from eagle.host import HostEntry
 from eagle.simd import host_has_avx512
 
 from .kernels import DT, oscillator, stream
+from .measure import run_entry
 
 REPEATS = 5
 STEPS = 1000
@@ -113,15 +114,6 @@ def _newton_iterations(xs):
         y = np.where(act, 0.5 * (y + xs / y), y)
         c += int(act.sum())
     return c
-
-
-def _run(entry, planes, threads):
-    p = entry.plugin
-    bound = eagle.bind.bind(p, planes)
-    t = time.perf_counter()
-    rows = entry.run(bound.values, 0, bound.n, threads=threads)
-    dt = time.perf_counter() - t
-    return dt, {**{o: bound.values[o].copy() for o in bound.outputs}, **rows}
 
 
 # --- the peer, in its own interpreter --------------------------------------------------------------
@@ -252,12 +244,12 @@ def bench(label, kernel, make, threads, peer):
     p = eagle.deploy(kernel)
     laned, simd = HostEntry(p, simd=False), HostEntry(p)
     small = {k: (v[:64].copy() if isinstance(v, np.ndarray) else v) for k, v in make().items()}
-    _run(laned, small, threads), _run(simd, small, threads)           # compile outside the timing
+    run_entry(laned, small, threads), run_entry(simd, small, threads)           # compile outside the timing
     times = {"laned": [], "simd": [], "peer": []}
     outs = {}
     for _ in range(REPEATS):
         for name, entry in (("laned", laned), ("simd", simd)):
-            dt, outs[name] = _run(entry, make(), threads)
+            dt, outs[name] = run_entry(entry, make(), threads)
             times[name].append(dt)
         if peer is not None:
             times["peer"].append(peer.time(label))

@@ -15,7 +15,9 @@ import math
 import numpy as np
 
 import eagle
+import eagle.exec as eexec
 from eagle import Cell, In, Out, Param
+from eagle import plan as eplan
 from eagle.bits import as_dict, same_bits  # noqa: F401 - the suite's comparison, imported from here
 from eagle.models import axpb, oscillator, stencil
 from tests.reference import cell
@@ -176,3 +178,21 @@ GATHERABLE = [name for name in SPLITTABLE
 def inputs(name, n, seed=12345):
     """Fresh inputs for case ``name`` (new arrays every call: Mutable planes are updated)."""
     return CASES[name][1](n, np.random.default_rng(seed))
+
+
+def one_process(name, n):
+    """Case ``name`` on ``n`` samples in this process (HostTeam), as a dict by output name: the
+    reference every distributed run is compared with."""
+    plugin = eagle.deploy(CASES[name][0])
+    return as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**inputs(name, n)))
+
+
+@eagle.kernel
+def slow_neighbours(i, x: In, steps: Param, y: Out):
+    """Fault injection only: as slow as ``steps`` makes it, and it reads other samples (its input
+    travels whole, scattered to every worker)."""
+    n = x.shape[0]
+    acc = 0.0
+    for k in range(steps):
+        acc = acc * 0.5 + x[(i + k) % n]
+    y[i] = acc

@@ -6,11 +6,14 @@ listener on 127.0.0.1.  Every MPI job the tests start goes through :func:`mpiexe
 """
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -88,3 +91,33 @@ def process_tree(pid):
         return [pid] + [c.pid for c in p.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
+
+
+def run_in_thread(p, planes):
+    """Run plan ``p`` on ``planes`` in a daemon thread; returns the thread and a box that gets
+    ``out`` or ``error``, and ``seconds``."""
+    box = {}
+
+    def go():
+        t = time.monotonic()
+        try:
+            box["out"] = p.run(**planes)
+        except BaseException as e:  # noqa: BLE001 - inspected by the test
+            box["error"] = e
+        box["seconds"] = time.monotonic() - t
+
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    return th, box
+
+
+@contextlib.contextmanager
+def local_client(workers):
+    """``eagle_dask.local_cluster`` with ``workers`` one-thread workers, all of them up."""
+    import eagle_dask
+    c = eagle_dask.local_cluster(n_workers=workers, threads_per_worker=1)
+    try:
+        c.wait_for_workers(workers, timeout=120)
+        yield c
+    finally:
+        c.close()

@@ -25,22 +25,16 @@ from eagle import plan as eplan  # noqa: E402
 from eagle_dask import DaskPartition, task  # noqa: E402
 from tests import kernels as K  # noqa: E402
 from tests import reference as ref  # noqa: E402
-from tests.launch import ROOT, assert_loopback_only, listeners, loopback_env, process_tree  # noqa: E402
+from tests.launch import (ROOT, assert_loopback_only, listeners, local_client, loopback_env,  # noqa: E402
+                          process_tree, run_in_thread)
 
 WORKERS = 4
 
 
 @pytest.fixture(scope="module")
 def client():
-    c = eagle_dask.local_cluster(n_workers=WORKERS, threads_per_worker=1)
-    c.wait_for_workers(WORKERS, timeout=120)
-    yield c
-    c.close()
-
-
-def one_process(name, n):
-    plugin = eagle.deploy(K.CASES[name][0])
-    return K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**K.inputs(name, n)))
+    with local_client(WORKERS) as c:
+        yield c
 
 
 def records(client):
@@ -62,7 +56,7 @@ def test_same_bits_as_one_process(client, name):
     plugin = eagle.deploy(K.CASES[name][0])
     numpy_reference = K.CASES[name][2]
     for n in (0, 3, 301):
-        want = one_process(name, n)
+        want = K.one_process(name, n)
         if numpy_reference is not None:
             exact = numpy_reference(K.inputs(name, n))
             assert K.same_bits({k: want[k] for k in exact}, exact), f"{name}, n={n}: one process differs from numpy"
@@ -106,7 +100,7 @@ def test_inputs_shipped_whole_are_shared_once(client):
     plugin = eagle.deploy(K.stencil)
     client.run(task.clear_received)
     out = eplan.plan(plugin, structure=on(client, 3)).run(**K.inputs("stencil", 200))
-    assert K.same_bits(out, one_process("stencil", 200)["y"])
+    assert K.same_bits(out, K.one_process("stencil", 200)["y"])
     assert all(rec[5]["x"] == 200 for rec in records(client) if rec[0] == plugin.name)
 
 
@@ -153,7 +147,7 @@ def test_ranks_and_pickling(client):
 def test_default_client_and_progress_bar(client, capsys, monkeypatch):
     """DaskPartition alone uses the current client; progress=True draws distributed's bar."""
     monkeypatch.delenv("EAGLE_DASK_PROGRESS", raising=False)
-    want = one_process("oscillator", 500)
+    want = K.one_process("oscillator", 500)
     got = eplan.plan(eagle.deploy(K.oscillator), structure=DaskPartition).run(**K.inputs("oscillator", 500))
     assert K.same_bits(want, got)
     capsys.readouterr()
@@ -172,14 +166,7 @@ def test_no_listener_beyond_loopback(client):
 
 
 # -- faults: their own clusters -------------------------------------------------------------
-@eagle.kernel
-def slow_neighbours(i, x: In, steps: Param, y: Out):
-    """Fault injection only: slow, and it reads other samples (its input travels whole)."""
-    n = x.shape[0]
-    acc = 0.0
-    for k in range(steps):
-        acc = acc * 0.5 + x[(i + k) % n]
-    y[i] = acc
+slow_neighbours = K.slow_neighbours
 
 
 BLOCK_SECONDS = 3.0
@@ -221,20 +208,6 @@ def slow_inputs():
     return SLOW["oscillator"][1]()
 
 
-def _run_in_thread(p, planes):
-    box = {}
-
-    def go():
-        t = time.monotonic()
-        try:
-            box["out"] = p.run(**planes)
-        except BaseException as e:  # noqa: BLE001 - inspected by the test
-            box["error"] = e
-        box["seconds"] = time.monotonic() - t
-
-    th = threading.Thread(target=go, daemon=True)
-    th.start()
-    return th, box
 
 
 def _wait_processing_key(client, key_part, timeout=120):
@@ -266,7 +239,7 @@ def test_worker_killed_mid_block_gives_same_bits(name):
         structure = DaskPartition.on(client, progress=False)
         eplan.plan(plugin, structure=structure).run(**{**make(), "steps": 1})    # compile on both
         client.run(task.clear_received)
-        th, box = _run_in_thread(eplan.plan(plugin, structure=structure), make())
+        th, box = run_in_thread(eplan.plan(plugin, structure=structure), make())
         victim = _wait_processing(client, "rank1")
         time.sleep(0.3)
         pid = client.run(os.getpid, workers=[victim])[victim]
@@ -298,7 +271,7 @@ def test_all_workers_gone_is_a_clear_error_in_bounded_time():
             client.wait_for_workers(2, timeout=120)
             structure = DaskPartition.on(client, progress=False, timeout=3)
             eplan.plan(plugin, structure=structure).run(**K.inputs("oscillator", 64))
-            th, box = _run_in_thread(eplan.plan(plugin, structure=structure), slow_inputs())
+            th, box = run_in_thread(eplan.plan(plugin, structure=structure), slow_inputs())
             _wait_processing(client, "rank")
             for proc in procs:
                 proc.kill()
@@ -333,7 +306,7 @@ def test_a_block_that_killed_its_worker_is_given_up_by_name(fragile):
     """KilledWorker: the run raises a RuntimeError naming the rank and the kernel, at once."""
     import psutil
     plugin = eagle.deploy(K.oscillator)
-    th, box = _run_in_thread(eplan.plan(plugin, structure=DaskPartition.on(fragile, progress=False)),
+    th, box = run_in_thread(eplan.plan(plugin, structure=DaskPartition.on(fragile, progress=False)),
                              slow_inputs())
     victim, key = _wait_processing_key(fragile, "-rank1", timeout=60)
     pid = fragile.run(os.getpid, workers=[victim])[victim]
@@ -354,7 +327,7 @@ def test_a_cancelled_block_is_named_and_ends_the_run(fragile):
     from distributed import Future
     plugin = eagle.deploy(K.oscillator)
     fragile.wait_for_workers(2, timeout=120)            # a worker killed by the test above comes back
-    th, box = _run_in_thread(eplan.plan(plugin, structure=DaskPartition.on(fragile, progress=False)),
+    th, box = run_in_thread(eplan.plan(plugin, structure=DaskPartition.on(fragile, progress=False)),
                              slow_inputs())
     _, key = _wait_processing_key(fragile, "-rank1", timeout=60)
     assert str(key).startswith(f"eagle-{plugin.name}-")

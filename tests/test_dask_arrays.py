@@ -35,22 +35,15 @@ from eagle.rows import ROW  # noqa: E402
 from eagle_dask import DaskPartition, task  # noqa: E402
 from eagle_dask.arrays import block_sizes  # noqa: E402
 from tests import kernels as K  # noqa: E402
-from tests.launch import beyond_loopback, listeners, process_tree  # noqa: E402
+from tests.launch import beyond_loopback, listeners, local_client, process_tree  # noqa: E402
 
 WORKERS = 2
 
 
 @pytest.fixture(scope="module")
 def client():
-    c = eagle_dask.local_cluster(n_workers=WORKERS, threads_per_worker=1)
-    c.wait_for_workers(WORKERS, timeout=120)
-    yield c
-    c.close()
-
-
-def one_process(name, n):
-    plugin = eagle.deploy(K.CASES[name][0])
-    return K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**K.inputs(name, n)))
+    with local_client(WORKERS) as c:
+        yield c
 
 
 def as_dask(planes, chunks, keep=()):
@@ -82,7 +75,7 @@ def test_same_bits_as_one_process_at_any_chunking(client, name):
     one process, and outputs chunked as the run cut the samples."""
     plugin = eagle.deploy(K.CASES[name][0])
     n = 301
-    ref = one_process(name, n)
+    ref = K.one_process(name, n)
     p = lazy_plan(plugin)
     for label, chunks in CHUNKINGS.items():
         planes = as_dask(K.inputs(name, n), chunks)
@@ -133,7 +126,7 @@ def test_mixed_numpy_and_dask_planes_read_never_written(client):
     the caller's numpy arrays untouched."""
     plugin = eagle.deploy(oscillator)
     n = 1000
-    ref = one_process("oscillator", n)
+    ref = K.one_process("oscillator", n)
     planes = K.inputs("oscillator", n)
     before = {k: v.copy() for k, v in planes.items() if isinstance(v, np.ndarray)}
     mixed = {**planes, "x": da.from_array(planes["x"], chunks=(300, 300, 400))}   # omega and v stay numpy
@@ -145,7 +138,7 @@ def test_mixed_numpy_and_dask_planes_read_never_written(client):
 def test_vector_planes_chunked_along_samples(client):
     plugin = eagle.deploy(K.vectors)
     n = 301
-    ref = one_process("vectors", n)
+    ref = K.one_process("vectors", n)
     planes = K.inputs("vectors", n)
     out = lazy_plan(plugin).run(p=da.from_array(planes["p"], chunks=(64, 3)), scale=planes["scale"])
     assert out["q"].chunks == ((64, 64, 64, 64, 45), (3,))
@@ -157,7 +150,7 @@ def test_whole_planes_assembled_on_the_cluster(client):
     receives the full plane, and the driver's graph carries no plane data."""
     plugin = eagle.deploy(K.stencil)
     n = 30_000
-    ref = one_process("stencil", n)
+    ref = K.one_process("stencil", n)
     x = da.from_array(K.inputs("stencil", n)["x"], chunks=10_000).persist()
     client.run(task.clear_received)
     y = lazy_plan(plugin).run(x=x)
@@ -207,7 +200,7 @@ def test_lazy_a_raising_kernel_raises_at_compute(client):
 def test_n_zero(client):
     for name in ("axpb", "reductions", "oscillator", "vectors", "stencil"):
         plugin = eagle.deploy(K.CASES[name][0])
-        ref = one_process(name, 0)
+        ref = K.one_process(name, 0)
         got = computed(K.as_dict(plugin, lazy_plan(plugin).run(**as_dask(K.inputs(name, 0), 10))))
         assert K.same_bits(ref, got), name
 

@@ -31,16 +31,10 @@ from eagle.models import oscillator  # noqa: E402
 from distributed.diagnostics.plugin import WorkerPlugin  # noqa: E402
 from eagle_dask import DaskPartition  # noqa: E402
 from tests import kernels as K  # noqa: E402
+from tests.launch import run_in_thread  # noqa: E402
 
 
-@eagle.kernel
-def ring_mean(i, x: In, steps: Param, y: Out):
-    """Reads other samples (its input travels whole, scattered to every worker)."""
-    n = x.shape[0]
-    acc = 0.0
-    for k in range(steps):
-        acc = acc * 0.5 + x[(i + k) % n]
-    y[i] = acc
+ring_mean = K.slow_neighbours            # reads other samples: its input travels whole
 
 
 @eagle.kernel
@@ -78,20 +72,6 @@ CASES = {
 }
 
 
-def in_thread(p, planes):
-    box = {}
-
-    def go():
-        t = time.monotonic()
-        try:
-            box["out"] = p.run(**planes)
-        except BaseException as e:  # noqa: BLE001 - inspected by the test
-            box["error"] = e
-        box["seconds"] = time.monotonic() - t
-
-    th = threading.Thread(target=go, daemon=True)
-    th.start()
-    return th, box
 
 
 def processing(client, part="eagle-"):
@@ -126,7 +106,7 @@ def test_every_worker_lost_and_restarted_gives_same_bits(case):
         client.wait_for_workers(2, timeout=120)
         p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False, timeout=60))
         p.run(**{**make(), "steps": 1})                          # compile on both workers
-        th, box = in_thread(p, make())
+        th, box = run_in_thread(p, make())
         wait_processing(client, 2)
         time.sleep(0.2)
         kill_workers(client)
@@ -141,7 +121,7 @@ def test_block_crashing_every_worker_is_given_up_in_bounded_time():
         client.wait_for_workers(2, timeout=120)
         client.register_plugin(CrashOn("crash_me"), name="eagle-test-crash")
         p = eplan.plan(eagle.deploy(crash_me), structure=DaskPartition.on(client, progress=False, timeout=30))
-        th, box = in_thread(p, {"x": np.ones(100)})
+        th, box = run_in_thread(p, {"x": np.ones(100)})
         th.join(90)
         assert not th.is_alive(), "the run hung on a block that crashes every worker"
         err = box.get("error")
@@ -177,7 +157,7 @@ def test_workers_that_take_nothing_end_the_run_in_bounded_time():
         p.run(**oscillators(64, 1))
         set_status(client, "paused")
         try:
-            th, box = in_thread(p, oscillators(4096, 10))
+            th, box = run_in_thread(p, oscillators(4096, 10))
             th.join(60)
         finally:
             set_status(client, "running")
@@ -197,7 +177,7 @@ def test_client_closed_or_futures_cancelled_is_eagles_error(how):
         client.wait_for_workers(2, timeout=120)
         p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False))
         p.run(**oscillators(64, 1))
-        th, box = in_thread(p, oscillators(4096, 3_000_000))
+        th, box = run_in_thread(p, oscillators(4096, 3_000_000))
         wait_processing(client, 2)
         if how == "client closed":
             client.close()
