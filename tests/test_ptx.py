@@ -81,7 +81,8 @@ _BY_KERNEL = {id(k): name for name, (k, _, _) in suite.CASES.items()}
 
 
 def planes_for(kernel, n=45) -> dict:
-    """The suite's inputs for the kernel, or float64 planes (and Params 1.0) made from its roles."""
+    """The suite's inputs for the kernel, or float64 planes (and Params 1.0, or 1 where the body
+    passes them to range()) made from its roles."""
     name = _BY_KERNEL.get(id(kernel))
     if name is not None:
         return suite.inputs(name, n)
@@ -92,7 +93,7 @@ def planes_for(kernel, n=45) -> dict:
             use = plugin.plane_uses.get(nm)
             out[nm] = np.ones((n, 3)) if use is not None and use.index_dims == 2 else np.ones(n)
         elif role.kind == "Param" and nm not in plugin.defaults:
-            out[nm] = 1.0
+            out[nm] = 1 if nm in plugin.range_params else 1.0
     return out
 
 
@@ -109,6 +110,7 @@ BODY = {
     "integers": [r"cvt\.rn\.f64\.s64", r"st\.global\.u64", r"st\.global\.f64"],
     "neighbour_sum": [r"setp\.ge\.f64", r"st\.local\.f64", r"st\.global\.f64"],
     "picky": [r"setp\.lt\.f64", r"sqrt\.rn\.f64"],
+    "slow_neighbours": [r"rem\.s64", r"mul\.rn\.f64", r"st\.global\.f64"],   # x[(i + k) % n] * 0.5
 }
 
 #: math functions that come from libdevice, whose own code uses fma.rn.f64
