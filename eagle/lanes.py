@@ -59,13 +59,11 @@ I0 = "_eagle_i0"
 
 _UNIFORM_BUILTINS = {"abs", "min", "max", "int", "float", "bool", "len"}
 _PLANE_ATTRS = {"shape", "ndim", "size"}
-_REFUSED = {ast.Try: "try", ast.With: "with", ast.FunctionDef: "a nested def", ast.ClassDef: "a class",
-            ast.Lambda: "lambda", ast.Global: "global", ast.Nonlocal: "nonlocal", ast.Delete: "del",
-            ast.Import: "import", ast.ImportFrom: "import", ast.Yield: "yield", ast.YieldFrom: "yield",
-            ast.AsyncFunctionDef: "async", ast.Await: "await"}
-for _n in ("TryStar", "Match"):
-    if hasattr(ast, _n):
-        _REFUSED[getattr(ast, _n)] = _n.lower()
+#: what a deployed body may hold (``eagle.access.UNSUPPORTED`` refuses the rest at deploy) and the
+#: transform does not handle
+_REFUSED = {ast.Delete: "del"}
+if hasattr(ast, "Match"):
+    _REFUSED[ast.Match] = "match"
 
 
 class Refused(Exception):
