@@ -47,6 +47,7 @@ PYCACHE = "__pycache__"
 
 _GUARD = threading.Lock()
 _KEY_LOCKS: dict = {}
+_LOCK_FDS: dict = {}
 
 
 # -- the directory ---------------------------------------------------------------------------------
@@ -102,27 +103,42 @@ def _wait_limit() -> float:
         raise ValueError(f"EAGLE_COMPILE_WAIT={env!r} is not a number of seconds") from None
 
 
+def _lock_fd(path: str) -> int:
+    """The open lock file ``path``, kept open for the process (a child after fork opens its own:
+    a shared open file would share the lock)."""
+    with _GUARD:
+        fd, pid = _LOCK_FDS.get(path, (None, None))
+        if fd is None or pid != os.getpid():
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            _LOCK_FDS[path] = (fd, os.getpid())
+        return fd
+
+
 @contextlib.contextmanager
 def _file_lock(path: str, what: str):
-    limit = _wait_limit()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    """Hold the lock file ``path``: the callers hold the name's thread lock, so one thread of a
+    process uses its open file at a time, and the lock excludes the other processes."""
+    fd = _lock_fd(path)
+    limit, deadline, pause = None, None, 0.01
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if limit is None:
+                limit = _wait_limit()
+                deadline = time.monotonic() + limit
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"{what}: waited {limit:g} s for another process compiling it (lock {path!r}); a "
+                    "compile under heavy load can take that long: set EAGLE_COMPILE_WAIT to more seconds, "
+                    "or end the process that holds the lock (`fuser` names it)") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
     try:
-        deadline, pause = time.monotonic() + limit, 0.01
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"{what}: waited {limit:g} s for another process compiling it (lock {path!r}); a "
-                        "compile under heavy load can take that long: set EAGLE_COMPILE_WAIT to more seconds, "
-                        "or end the process that holds the lock (`fuser` names it)") from None
-                time.sleep(pause)
-                pause = min(pause * 2, 0.2)
         yield
     finally:
-        os.close(fd)                            # closing releases the lock
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _key_lock(modname: str) -> threading.Lock:
