@@ -48,6 +48,7 @@ PYCACHE = "__pycache__"
 _GUARD = threading.Lock()
 _KEY_LOCKS: dict = {}
 _LOCK_FDS: dict = {}
+_COMPILED: set = set()
 
 
 # -- the directory ---------------------------------------------------------------------------------
@@ -149,10 +150,16 @@ def _key_lock(modname: str) -> threading.Lock:
 @contextlib.contextmanager
 def compile_lock(module):
     """Hold the lock of a generated module's name (from ``load_module``) around its first compile:
-    on one host, one process compiles it and the others then load it from numba's cache."""
+    on one host, one process compiles it and the others then load it from numba's cache.  Once a
+    call under the lock has returned, the process no longer takes it for that module (a later
+    compile for new argument types may then be done by several processes: the same code)."""
+    if module.__name__ in _COMPILED:
+        yield
+        return
     base = os.path.splitext(module.__file__)[0]
     with _key_lock(module.__name__), _file_lock(base + ".lock", f"module {module.__name__}"):
         yield
+        _COMPILED.add(module.__name__)
 
 
 # -- what a generated module depends on -----------------------------------------------------------
