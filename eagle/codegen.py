@@ -1,44 +1,25 @@
-"""Generated code shared by the engines: the kernel body, its frozen globals, and the cache.
+"""Generated code shared by the engines: the kernel body and its frozen globals.
 
 The body is compiled with numba from the kernel's own source, rewritten in two ways only:
 planes the body touches only as ``plane[i]`` are indexed ``plane[i - offset]`` (so a task may
 hold only its slice while ``i`` stays the global sample index), and a cell ``c[i] = v``
 writes into a row's scratch (``eagle.rows``).  Module-level names are frozen into the module.
 
-``load_module`` writes a generated module to the cache directory under a name derived from a
-hash of its text **and of everything it depends on** (``dependencies``): the source files of
-the modules it imports (eagle's own runtime, each imported helper and what that helper calls),
-and the versions of eagle, numba and numpy.  numba keys its disk cache by one function's own
-file, so an edited helper or an upgraded eagle gets a new module, never stale machine code.
+The generated modules are cached on disk, named by a hash of their text and of what they
+import, checked before they run and compiled once per host: ``eagle.cache`` (``load_module``,
+kept importable from here).
 """
 from __future__ import annotations
 
 import ast
-import hashlib
-import importlib.util
-import os
-import sys
-import sysconfig
-import tempfile
-import types
 
-import numba
-import numpy as np
-
-from . import __version__
 from .bounds import AT, ERR
 from .freeze import const_value
 from .roles import PLANE_KINDS
 from .rows import scratch_name
+from .cache import cache_dir, load_module  # noqa: F401 - where the engines have always found them
 
 PO, CO = "_eagle_po", "_eagle_co"
-
-
-def cache_dir() -> str:
-    d = os.environ.get("EAGLE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "eagle")
-    os.makedirs(d, exist_ok=True)
-    return d
 
 
 class _Rewrite(ast.NodeTransformer):
@@ -174,106 +155,3 @@ def body_call_args(plugin) -> str:
     """The body's arguments as the loops pass them: planes and Params by name, each cell as its
     scratch row, then the run's error record (host and device loops alike)."""
     return ", ".join([scratch_name(name) if name in plugin.cells else name for _, name in plugin.arg_spec] + [ERR])
-
-
-# -- what a generated module depends on -----------------------------------------------------------
-_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
-#: packages whose code is covered by their version in the key (numba compiles them itself)
-_VERSIONED = ("numpy", "numba", "llvmlite", "math", "cmath")
-
-
-def _module_file(mod) -> str | None:
-    """The source file of a module whose text is part of the key, or None (stdlib, versioned)."""
-    name = getattr(mod, "__name__", "")
-    if name.split(".")[0] in _VERSIONED or name in sys.builtin_module_names:
-        return None
-    path = getattr(mod, "__file__", None)
-    if not path or not path.endswith(".py") or os.path.realpath(path).startswith(_STDLIB + os.sep):
-        return None
-    return path
-
-
-def _code_names(code) -> set:
-    names = set(code.co_names)
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            names |= _code_names(c)
-    return names
-
-
-def _walk(obj, files: dict, seen: set):
-    """Add the files ``obj`` (a module, a function or a numba dispatcher) depends on."""
-    if id(obj) in seen:
-        return
-    seen.add(id(obj))
-    if isinstance(obj, types.ModuleType):
-        path = _module_file(obj)
-        if path is None:
-            return
-        files[path] = None
-        for value in list(vars(obj).values()):
-            if getattr(value, "__module__", None) == obj.__name__:
-                _walk(value, files, seen)
-        return
-    fn = getattr(obj, "py_func", obj)
-    if not isinstance(fn, types.FunctionType):
-        return
-    path = _module_file(sys.modules.get(fn.__module__))
-    if path is None:
-        return                                 # stdlib, numpy, numba: covered by the versions
-    files[path] = None
-    for name in _code_names(fn.__code__):
-        value = fn.__globals__.get(name)
-        if isinstance(value, types.ModuleType) or callable(value):
-            _walk(value, files, seen)
-
-
-def dependencies(source: str) -> str:
-    """A digest of what the generated module ``source`` imports: the source files of the modules
-    and functions it imports (and, through their globals, what they call), with the versions of
-    eagle, numba and numpy."""
-    files, seen = {}, set()
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Import):
-            targets = [(a.name, None) for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            targets = [(node.module, a.name) for a in node.names]
-        else:
-            continue
-        for modname, attr in targets:
-            try:
-                mod = importlib.import_module(modname)
-            except ImportError:
-                continue                       # the import fails in the module itself, by name
-            _walk(getattr(mod, attr, mod) if attr else mod, files, seen)
-    h = hashlib.sha256(f"eagle {__version__} numba {numba.__version__} numpy {np.__version__}".encode())
-    for path in sorted(files):
-        try:
-            with open(path, "rb") as f:
-                h.update(path.encode() + b"\0" + f.read() + b"\0")
-        except OSError:
-            h.update(path.encode() + b"\0?\0")
-    return h.hexdigest()
-
-
-def load_module(tag: str, plugin, source: str):
-    """Write ``source`` to the cache (once, atomically) and import it as a module."""
-    key = hashlib.sha256((source + "\0" + dependencies(source)).encode()).hexdigest()[:24]
-    modname = f"eagle_{tag}_{plugin.name[:40]}_{key}"
-    if modname in sys.modules:
-        return sys.modules[modname]
-    path = os.path.join(cache_dir(), modname + ".py")
-    if not os.path.exists(path):
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(modname, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[modname] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules[modname]
-        raise
-    return mod

@@ -17,6 +17,7 @@ import types
 
 import numpy as np
 
+from .access import UNSUPPORTED
 from .kernel import Kernel
 
 #: helper functions compiled from source may call others this deep
@@ -25,6 +26,10 @@ MAX_HELPER_DEPTH = 8
 STATEFUL = ("random", "numpy.random", "time", "secrets")
 
 NUMBER_TYPES = (bool, int, float, complex, np.bool_, np.integer, np.floating, np.complexfloating)
+
+#: the modules (and their submodules) a loaded artifact may import without ``trust=True``: what
+#: kernels use.  Importing any other module runs its code, so it needs the user's word.
+TRUSTED_MODULES = ("math", "cmath", "numpy", "numba", "eagle")
 
 
 def _free_names(fdef: ast.FunctionDef):
@@ -104,8 +109,13 @@ def _function_entry(kname, name, fn, depth):
         raise ValueError(f"kernel {kname!r} calls {name!r}, which is not a plain function (def ...)")
     fdef.decorator_list = []
     fdef.name = name
+    fdef.returns = None                            # annotations would run when the module runs
+    for a in fdef.args.posonlyargs + fdef.args.args + fdef.args.kwonlyargs:
+        a.annotation = None
+    source = ast.unparse(fdef)
+    check_helper_source(source, name, f"kernel {kname!r}: ")
     nested = _freeze_names(kname, fdef, fn, depth + 1)
-    return {"name": name, "kind": "function", "source": ast.unparse(fdef), "frozen": nested}
+    return {"name": name, "kind": "function", "source": source, "frozen": nested}
 
 
 def _freeze_names(kname, fdef, fn, depth=0) -> list:
@@ -173,6 +183,77 @@ def freeze_globals(k: Kernel, fdef) -> list:
 _SCALAR_KINDS = "biufc"
 
 
+def check_name(text, what):
+    """Refuse ``text`` unless it is a Python name (generated code and cache file names use it)."""
+    if not (isinstance(text, str) and text.isidentifier() and not keyword.iskeyword(text)):
+        raise ValueError(f"{what} {text!r} is not a Python name")
+    return text
+
+
+def _literal(node) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, (bool, int, float, complex, type(None)))
+
+
+def check_function_source(source, what, prefix="") -> ast.FunctionDef:
+    """Refuse a source that is more than one plain function: no other module-level statement and
+    no decorator (each would run when the generated module runs)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, TypeError) as e:
+        raise ValueError(f"{prefix}{what} is not Python source ({e})") from None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+        extra = next((n for n in tree.body if not isinstance(n, ast.FunctionDef)), tree.body[-1] if tree.body else None)
+        at = f" (line {extra.lineno}: {type(extra).__name__})" if extra is not None else ""
+        raise ValueError(f"{prefix}{what} must be exactly one function definition and nothing else{at}; "
+                         "deploy the kernel again and save it again")
+    fdef = tree.body[0]
+    if fdef.decorator_list:
+        raise ValueError(f"{prefix}{what} has a decorator (line {fdef.decorator_list[0].lineno}); a saved source "
+                         "has none: deploy the kernel again and save it again")
+    return fdef
+
+
+def check_helper_source(source, name, prefix="") -> None:
+    """A helper's source as strictly as a kernel's: one plain function named ``name``, whose
+    defaults are literal numbers, with no annotations, and a body without the constructs a kernel
+    body refuses (``eagle.access.UNSUPPORTED``: with, import, nested functions...)."""
+    what = f"helper {name!r}"
+    fdef = check_function_source(source, what, prefix)
+    if fdef.name != name:
+        raise ValueError(f"{prefix}{what}: its source defines {fdef.name!r}")
+    args = fdef.args
+    for d in args.defaults + [d for d in args.kw_defaults if d is not None]:
+        if not _literal(d):
+            raise ValueError(f"{prefix}{what}: a default value must be a literal number (line {d.lineno}: "
+                             f"{ast.unparse(d)!r} would run when the module runs)")
+    if fdef.returns is not None or any(a.annotation is not None for a in args.posonlyargs + args.args
+                                       + args.kwonlyargs + [args.vararg, args.kwarg] if a is not None):
+        raise ValueError(f"{prefix}{what}: has annotations, which would run when the module runs")
+    for node in ast.walk(fdef):
+        for types_, construct, why in UNSUPPORTED:
+            if node is not fdef and isinstance(node, types_):
+                raise ValueError(f"{prefix}{what}, line {node.lineno}: uses {construct}, which a helper compiled "
+                                 f"with a kernel does not support: {why}")
+
+
+def trusted(module: str) -> bool:
+    """Whether ``module`` is in ``TRUSTED_MODULES`` (or a submodule of one)."""
+    return any(module == m or module.startswith(m + ".") for m in TRUSTED_MODULES)
+
+
+def modules_named(frozen) -> list:
+    """Every module the frozen entries (helpers' included) import, in order, once each."""
+    found = []
+    for g in frozen:
+        kind = g.get("kind")
+        names = (modules_named(g.get("frozen", [])) if kind == "function"
+                 else [g.get("module")] if kind in ("module", "import") else [])
+        found += [m for m in names if m not in found]
+    return found
+
+
 def _identifier(text, what, dotted=False):
     parts = text.split(".") if (dotted and isinstance(text, str)) else [text]
     if not all(isinstance(p, str) and p.isidentifier() and not keyword.iskeyword(p) for p in parts):
@@ -235,6 +316,10 @@ def check_entry(g):
     elif kind == "const":
         const_value(g)
     elif kind == "function":
+        source = g.get("source")
+        if not isinstance(source, str):
+            raise ValueError(f"frozen helper {g.get('name')!r}: no source")
+        check_helper_source(source, g["name"], "frozen ")
         for nested in g.get("frozen", []):
             check_entry(nested)
     else:

@@ -21,6 +21,7 @@ from numba.core.errors import NumbaError
 
 from .access import CROSS_SAMPLE_WRITE
 from .bounds import index_error, new_record, raised_record
+from .cache import compile_lock
 from .codegen import load_module, user_lines
 from .errors import compile_error, kernel_error
 from .host_codegen import host_source, simd_source
@@ -125,7 +126,8 @@ class HostEntry:
         the entry falls back visibly: the vectorised loop to the laned one, the laned body to one
         sample at a time (``simd_reason``, ``lanes_reason``)."""
         def attempt(module):
-            module._eagle_tile(start, start, po, new_progress(), *args, new_record()[0], r0)
+            with compile_lock(module):             # one process per host compiles, the others load
+                module._eagle_tile(start, start, po, new_progress(), *args, new_record()[0], r0)
 
         try:
             return attempt(self.module)

@@ -3,12 +3,16 @@
 A plugin holds everything needed to run the kernel anywhere: its source, the roles of its
 arguments, its access class, and the module-level names its body uses (numbers frozen as
 constants, modules and compiled functions as imports).  It pickles by value (it can travel to
-Dask workers) and saves as an artifact: ``plugin.save(dir)`` / ``eagle.load(dir)``.
+Dask workers) and saves as an artifact: ``eagle.save(plugin, dir)`` / ``eagle.load(dir)``
+(``eagle.artifact``: signatures, trusted modules).
 
 Integrity: the manifest carries a SHA-256 of every other field (``integrity``), and the source
 its own (``source_hash``).  Every plugin checks them when it is built -- at load, when it is
 unpickled on a worker -- and refuses, naming the field, a manifest edited after deploy; the
-roles and the frozen constants are then read back as data (``eagle.freeze.check_entry``).
+roles and the frozen constants are then read back as data (``eagle.freeze.check_entry``), every
+name must be a Python name, and the kernel's and helpers' sources must each be one plain function
+(``eagle.freeze.check_function_source``).  The hashes are not keyed: they catch an edit, not an
+attacker, who can recompute them -- a signature (``key=``) does that.
 """
 from __future__ import annotations
 
@@ -16,13 +20,16 @@ import ast
 import hashlib
 import json
 import os
+import tempfile
 
 import numpy as np
 
 from . import __version__
 from .access import analyse
+from .artifact import SIGNATURE, check_signature, read_inside, write_signature
 from .codegen import globals_source
-from .freeze import NUMBER_TYPES, check_entry, freeze_globals
+from .freeze import (NUMBER_TYPES, TRUSTED_MODULES, check_entry, check_function_source, check_name, freeze_globals,
+                     modules_named, trusted)
 from .device_ptx import device_ptx
 from .host import host_entry
 from .kernel import Kernel, kernel as _as_kernel
@@ -78,8 +85,38 @@ def verify(manifest: dict, source: str):
     if _sha(source) != manifest.get("source_hash"):
         raise ValueError(f"the source of kernel {manifest.get('name')!r} does not match the source_hash in its "
                          "manifest (edited after it was saved?)")
+    _check_names(manifest)
+    fdef = check_function_source(source, f"the source of kernel {manifest['name']!r}")
+    params = [a.arg for a in fdef.args.posonlyargs + fdef.args.args]
+    spec = [manifest["index"]] + [d["name"] for d in manifest["arg_spec"]]
+    if params != spec or fdef.args.vararg or fdef.args.kwarg or fdef.args.kwonlyargs:
+        raise ValueError(f"manifest field 'arg_spec': the kernel's parameters are {params}, the manifest "
+                         f"names {spec}")
     for g in manifest["frozen"]:
         check_entry(g)
+
+
+def _check_names(manifest: dict):
+    """Every name the generated code or a cache file name uses: a Python name, by field."""
+    check_name(manifest.get("name"), "manifest field 'name': kernel name")
+    check_name(manifest.get("index"), "manifest field 'index': index name")
+    if not isinstance(manifest.get("arg_spec"), list) or not all(isinstance(d, dict) for d in manifest["arg_spec"]):
+        raise ValueError("manifest field 'arg_spec' is not a list of arguments")
+    names = [check_name(d.get("name"), "manifest field 'arg_spec': argument name") for d in manifest["arg_spec"]]
+    if len(set(names)) != len(names):
+        raise ValueError(f"manifest field 'arg_spec': an argument name appears twice in {names}")
+    for field in ("defaults", "cells"):
+        value = manifest.get(field, {})
+        if not isinstance(value, dict):
+            raise ValueError(f"manifest field {field!r} is not a mapping of argument names")
+        for name in value:
+            if name not in names:
+                raise ValueError(f"manifest field {field!r}: {name!r} is not an argument of the kernel")
+    for name, v in manifest.get("defaults", {}).items():
+        if not isinstance(v, (int, float)):
+            raise ValueError(f"manifest field 'defaults': the default of {name!r} is not a number ({v!r})")
+    if not isinstance(manifest.get("frozen"), list) or not all(isinstance(g, dict) for g in manifest["frozen"]):
+        raise ValueError("manifest field 'frozen' is not a list of entries")
 
 
 class Plugin:
@@ -168,15 +205,22 @@ class Plugin:
     def __reduce__(self):
         return (Plugin, (self.manifest, self.source))
 
-    def save(self, path) -> str:
-        """Write the plugin as an artifact: ``path/manifest.json`` beside ``path/kernel.py``."""
+    def save(self, path, key=None) -> str:
+        """Write the plugin as an artifact: ``path/manifest.json`` beside ``path/kernel.py``; with
+        ``key`` (bytes or str), signed: ``path/signature.json`` (``eagle.load(path, key=...)``)."""
         path = os.fspath(path)
         os.makedirs(path, exist_ok=True)
-        with open(os.path.join(path, SOURCE), "w") as f:
-            f.write(self.source)
-        with open(os.path.join(path, MANIFEST), "w") as f:
-            json.dump(self.manifest, f, indent=2, sort_keys=True)
-            f.write("\n")
+        files = {SOURCE: self.source.encode(),
+                 MANIFEST: (json.dumps(self.manifest, indent=2, sort_keys=True) + "\n").encode()}
+        for name, data in files.items():
+            fd, tmp = tempfile.mkstemp(dir=path, prefix=f".{name}.")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, os.path.join(path, name))       # replaces a link, never writes through it
+        if key is not None:
+            write_signature(path, files, key)
+        elif os.path.lexists(os.path.join(path, SIGNATURE)):
+            os.unlink(os.path.join(path, SIGNATURE))        # it signed files that are gone
         return path
 
 
@@ -219,28 +263,60 @@ def deploy(k) -> Plugin:
     return plugin
 
 
-def load(path) -> Plugin:
-    """Read a plugin artifact written by ``Plugin.save``."""
-    path = os.fspath(path)
-    mpath = os.path.join(path, MANIFEST)
+def save(plugin, path, key=None) -> str:
+    """Save a plugin (or a kernel, deployed first) as an artifact in the directory ``path``; with
+    ``key`` (bytes or str, kept secret), signed so that ``eagle.load(path, key=key)`` refuses any
+    change to it.  See ``Plugin.save``."""
+    return deploy(plugin).save(path, key=key)
+
+
+def _read(path: str, where: str, key) -> tuple:
+    """The manifest and source of the artifact ``path``, checked against ``key`` when given."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(f"eagle.load({path!r}): that is a file; an artifact is the directory holding "
+                                 f"{MANIFEST} and {SOURCE}: pass the directory (here {os.path.dirname(path) or '.'!r})")
     try:
-        with open(mpath) as f:
-            manifest = json.load(f)
-        with open(os.path.join(path, SOURCE)) as f:
-            source = f.read()
+        raw = {name: read_inside(path, name, where) for name in (MANIFEST, SOURCE)}
     except FileNotFoundError as e:
         raise FileNotFoundError(f"{path!r} is not an eagle plugin artifact: {e.filename} is missing") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"plugin artifact {path!r}: {MANIFEST} is not JSON ({e})") from None
+    if key is not None:
+        check_signature(path, raw, key, where)
+    try:
+        manifest = json.loads(raw[MANIFEST])
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{where}: {MANIFEST} is not JSON ({e})") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{where}: {MANIFEST} holds a JSON {type(manifest).__name__}, not the object eagle "
+                         "writes, so it is not an eagle manifest: save the plugin again with eagle.save(plugin, path)")
+    try:
+        return manifest, raw[SOURCE].decode()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{where}: {SOURCE} is not UTF-8 text ({e})") from None
+
+
+def load(path, key=None, trust=False) -> Plugin:
+    """Read a plugin artifact written by ``eagle.save`` / ``Plugin.save``.
+
+    ``key``: the key it was saved with; the artifact is then refused unless every file is exactly
+    as signed.  ``trust``: allow the artifact to import modules other than ``math``, ``cmath``,
+    ``numpy``, ``numba`` and eagle's (importing a module runs its code); without it such an
+    artifact is refused, naming the module.  See ``docs/artifacts.md`` for the trust model.
+    """
+    path = os.fspath(path)
+    where = f"plugin artifact {path!r}"
+    manifest, source = _read(path, where, key)
     try:
         verify(manifest, source)
     except (ValueError, TypeError, KeyError) as e:
-        raise ValueError(f"plugin artifact {path!r}: {e}") from None
+        raise ValueError(f"{where}: {e}") from None
+    untrusted = [m for m in modules_named(manifest["frozen"]) if not trusted(m)]
+    if untrusted and not trust:
+        raise ValueError(f"{where}: manifest field 'frozen' imports module {untrusted[0]!r}, which is not one eagle "
+                         f"kernels use ({', '.join(TRUSTED_MODULES)}); importing it runs its code as you: if you "
+                         "trust the artifact and that module, load it with eagle.load(path, trust=True)")
     plugin = Plugin(manifest, source)
-    for key in ("access", "op"):
-        derived = plugin.exec_access if key == "access" else plugin.exec_op
-        if manifest.get(key) != derived:
-            raise ValueError(f"plugin artifact {path!r}: manifest says {key} {manifest.get(key)!r}, "
-                             f"the source gives {derived!r}")
+    for key_ in ("access", "op"):
+        derived = plugin.exec_access if key_ == "access" else plugin.exec_op
+        if manifest.get(key_) != derived:
+            raise ValueError(f"{where}: manifest says {key_} {manifest.get(key_)!r}, the source gives {derived!r}")
     return plugin
-
