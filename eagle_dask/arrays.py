@@ -17,7 +17,9 @@ When any plane of a run is a dask array, ``Plan.run`` builds a graph and returns
 * numpy planes beside dask planes: a sliceable one is cut into the blocks' slices, any other
   is one key of the graph -- each sent once;
 * a plane the body reads at other samples (``plugin.sliceable`` leaves it out) is assembled
-  whole on the cluster (``rechunk`` to one chunk) and given to every block;
+  whole on the cluster (``rechunk`` to one chunk) and given to every block; so is a dask
+  ``Table`` (all its axes in one chunk), and a numpy table is one key of the graph
+  (``eagle_dask.lazy_tables``);
 * vector planes ``(n, w)`` are cut along samples only: a dask plane chunked along its second
   axis is refused, as is a dask Param and a numpy ``Out`` (it would be written in place).
 
@@ -34,9 +36,10 @@ import numpy as np
 
 from eagle.bind import (GATHERED_DTYPE, check_names, check_output, check_plane, is_array, not_gatherable,
                         param_value, sample_count)
-from eagle.roles import OUTPUT_KINDS
+from eagle.roles import OUTPUT_KINDS, TABLE
 from eagle.rows import ROW
 
+from .lazy_tables import bind_table, table_key
 from .task import PluginRef, fold_cell, pick_block, pick_rows, run_chunk
 
 
@@ -123,6 +126,9 @@ def bind_lazy(plan, planes: dict, device=None) -> LazyBound:
         if kind == "Param":
             values[name] = _param(plugin, name, planes)
             continue
+        if kind == TABLE:
+            values[name] = bind_table(plugin, name, planes)
+            continue
         if name not in planes:
             if kind != "Out":
                 raise TypeError(f"kernel {k!r} is missing plane {name!r} ({kind})")
@@ -170,7 +176,9 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
              for name in plugin.names("Out") if name not in bound.supplied}
     planes = {k: v for k, v in bound.values.items() if (is_dask(v) or is_array(v)) and k not in fresh}
     params = {k: v for k, v in bound.values.items() if k not in planes}
-    sizes = block_sizes(n, [v.chunks[0] for v in planes.values() if is_dask(v)], rows=bool(plugin.cells))
+    tables = set(plugin.names(TABLE))
+    sizes = block_sizes(n, [v.chunks[0] for k, v in planes.items() if is_dask(v) and k not in tables],
+                        rows=bool(plugin.cells))
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
     blocks = range(len(sizes))
     token = tokenize(plugin.key, plan.inner.name, device, sizes, params, fresh,
@@ -192,6 +200,12 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
                     key = (f"eagle-{name}-{token}", b)
                     layer[key] = np.ascontiguousarray(v[starts[b]:starts[b + 1]])
                     sliced_keys[b].append(key)
+        elif name in tables:                                    # one chunk, or one key of the graph
+            whole_names.append(name)
+            key, v = table_key(v, f"eagle-{name}-{token}", layer)
+            if v is not None:
+                inputs.append(v)
+            whole_keys.append(key)
         else:
             whole_names.append(name)
             if is_dask(v):
