@@ -94,7 +94,6 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
             if node is not fdef and isinstance(node, types):
                 refuse(node, f"the body uses {what}, which a kernel does not support: {why}")
     range_params = _range_arguments(fdef, roles, lambda node, msg: f"kernel {kname!r}, {where(node)}: {msg}")
-    tables = table_uses(fdef, roles, refuse)
     uses = {name: PlaneUse() for name, r in roles.items() if r.kind in PLANE_KINDS}
     cells = {name for name, r in roles.items() if r.kind == "Cell"}
     parents = {}
@@ -196,8 +195,7 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
             reads_other = True
             for u in uses.values():
                 u.own_only = False
-    return Access(access=access, reads_other_samples=reads_other, planes=uses, range_params=range_params,
-                  tables=tables)
+    return Access(access, reads_other, uses, range_params, table_uses(fdef, roles, refuse))
 
 
 def table_uses(fdef, roles, refuse) -> dict:

@@ -163,6 +163,19 @@ def _chunk_key(arr, b):
     return (arr.name, b) + ((0,) if arr.ndim == 2 else ())
 
 
+def _whole(v, n, key, layer, table):
+    """The key every block reads a whole plane (or a table) from, and the dask array it comes
+    from (None for a numpy plane: put in ``layer`` under ``key``, sent once)."""
+    if table:
+        return table_key(v, key, layer)                 # one chunk, or one key of the graph
+    if not is_dask(v):
+        layer[key] = v
+        return key, None
+    if len(v.chunks[0]) != 1:
+        v = v.rechunk((n,) + v.chunks[1:])               # assembled on the cluster
+    return _chunk_key(v, 0), v
+
+
 def execute_lazy(plan, bound: LazyBound, device) -> dict:
     """Build the run's graph; put its dask arrays in ``bound.results``.  Returns no row
     partials: the cells are folded by tasks of the graph."""
@@ -200,23 +213,12 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
                     key = (f"eagle-{name}-{token}", b)
                     layer[key] = np.ascontiguousarray(v[starts[b]:starts[b + 1]])
                     sliced_keys[b].append(key)
-        elif name in tables:                                    # one chunk, or one key of the graph
+        else:
             whole_names.append(name)
-            key, v = table_key(v, f"eagle-{name}-{token}", layer)
+            key, v = _whole(v, n, f"eagle-{name}-{token}", layer, name in tables)
             if v is not None:
                 inputs.append(v)
             whole_keys.append(key)
-        else:
-            whole_names.append(name)
-            if is_dask(v):
-                if len(v.chunks[0]) != 1:
-                    v = v.rechunk((n,) + v.chunks[1:])           # assembled on the cluster
-                inputs.append(v)
-                whole_keys.append(_chunk_key(v, 0))
-            else:
-                key = f"eagle-{name}-{token}"
-                layer[key] = v
-                whole_keys.append(key)
     rows_name = f"eagle-{plugin.name}-rows-{token}"
     for b in blocks:
         # the plugin rides in each task (pickled once with the graph): a key of its own would be a
