@@ -51,8 +51,9 @@ def param_value(plugin, name, planes: dict):
             raise TypeError(f"kernel {k!r} is missing Param {name!r}")
         return plugin.defaults[name]
     v = planes[name]
-    if isinstance(v, np.ndarray) and v.ndim == 0:
-        v = v[()]
+    if getattr(v, "ndim", None) == 0 and hasattr(v, "shape") and not isinstance(v, _PARAM_TYPES):
+        # a 0-d array is its value: numpy, a device array, or a dask one (computed here)
+        v = v.item() if hasattr(v, "__cuda_array_interface__") else np.asarray(v)[()]
     if not isinstance(v, _PARAM_TYPES):
         shape = getattr(v, "shape", None)
         what = f"an array of shape {shape}" if shape is not None else f"a {type(v).__name__}"

@@ -21,7 +21,9 @@ When any plane of a run is a dask array, ``Plan.run`` builds a graph and returns
   ``Table`` (all its axes in one chunk), and a numpy table is one key of the graph
   (``eagle_dask.lazy_tables``);
 * vector planes ``(n, w)`` are cut along samples only: a dask plane chunked along its second
-  axis is refused, as is a dask Param and a numpy ``Out`` (it would be written in place).
+  axis is refused, as is a numpy ``Out`` (it would be written in place);
+* a Param may be a 0-d dask array (a cell of an earlier lazy run, ``x.mean()``): every block
+  depends on it and reads its value on the worker (``eagle_dask.lazy_params``).
 
 A lost worker is dask's to recover: every block is recomputed from the graph's lineage, and
 a block is a pure function of its chunks, so the bits are the same.  A kernel that raises
@@ -39,6 +41,7 @@ from eagle.bind import (GATHERED_DTYPE, check_names, check_output, check_plane, 
 from eagle.roles import OUTPUT_KINDS, TABLE
 from eagle.rows import ROW
 
+from .lazy_params import lazy_param, params_arg
 from .lazy_tables import bind_table, table_key
 from .task import PluginRef, fold_cell, pick_block, pick_rows, run_chunk
 
@@ -70,9 +73,7 @@ class LazyBound:
 def _param(plugin, name, planes):
     v = planes.get(name)
     if is_dask(v):
-        raise TypeError(f"Param {name!r} of kernel {plugin.name!r} is a dask {type(v).__name__}: a Param is one "
-                        "number for all samples, known when the graph is built; pass a number (compute it "
-                        f"first, float({name}.compute())), or per-sample values as an In plane")
+        return lazy_param(plugin, name, v)          # read on the worker (eagle_dask.lazy_params)
     return param_value(plugin, name, planes)
 
 
@@ -187,8 +188,10 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
     sliceable = plugin.sliceable
     fresh = {name: (plugin.roles[name].width, plugin.roles[name].out_dtype)
              for name in plugin.names("Out") if name not in bound.supplied}
-    planes = {k: v for k, v in bound.values.items() if (is_dask(v) or is_array(v)) and k not in fresh}
+    planes = {k: v for k, v in bound.values.items()
+              if (is_dask(v) or is_array(v)) and k not in fresh and plugin.roles[k].kind != "Param"}
     params = {k: v for k, v in bound.values.items() if k not in planes}
+    params_in, lazy_params = params_arg(params)      # 0-d dask Params: read on the worker
     tables = set(plugin.names(TABLE))
     sizes = block_sizes(n, [v.chunks[0] for k, v in planes.items() if is_dask(v) and k not in tables],
                         rows=bool(plugin.cells))
@@ -198,7 +201,7 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
                      {k: (v.name if is_dask(v) else v) for k, v in planes.items()})
     run_name = f"eagle-{plugin.name}-{token}"
     layer, ref = {}, PluginRef(plugin)
-    inputs, sliced_names, sliced_keys, whole_names, whole_keys = [], [], [[] for _ in blocks], [], []
+    inputs, sliced_names, sliced_keys, whole_names, whole_keys = lazy_params, [], [[] for _ in blocks], [], []
     for name, v in planes.items():
         if name in sliceable:
             sliced_names.append(name)
@@ -225,7 +228,7 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
         # dependency the scheduler weighs against the chunks when it places a block
         layer[(run_name, b)] = (run_chunk, ref, plan.inner, b, starts[b], starts[b + 1], n,
                                 tuple(sliced_names), list(sliced_keys[b]), tuple(whole_names), list(whole_keys),
-                                params, fresh, device)
+                                params_in, fresh, device)
         if plugin.cells:
             layer[(rows_name, b)] = (pick_rows, (run_name, b))
     runs = da.Array(HighLevelGraph.from_collections(run_name, layer, dependencies=inputs), run_name,
