@@ -262,3 +262,29 @@ def test_dask_lazy_table_index_out_of_range_raises(client, shift, what):
     with pytest.raises(IndexError) as e:
         lazy.compute()
     assert_out_of_range(str(e.value), shift)
+
+
+# -- a real GPU (skipped elsewhere) ----------------------------------------------------------------
+
+def _gpu():
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - no CuPy, no driver, no device
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs an NVIDIA GPU with CuPy")
+@pytest.mark.parametrize("parts", [1, 3])
+def test_gpu_cupy_table_stays_on_the_device(parts, refs):
+    import cupy
+    a, b, y, z = refs
+    p = eplan.plan(interp, structure=eexec.DeviceKernel, npartitions=parts)
+    got = p.run(x=cupy.asarray(a["x"]), xs=cupy.asarray(a["xs"]), ys=cupy.asarray(a["ys"]))
+    assert same(cupy.asnumpy(got), y)             # + - * / only, no contraction: numpy's bits
+    got = p.run(x=a["x"], xs=cupy.asarray(a["xs"]), ys=a["ys"])     # a device table beside host planes
+    assert same(got.get() if hasattr(got, "get") else got, y)
+    with pytest.raises(IndexError, match=r"out of range for table 't'.*kernel 'lookup'"):
+        eplan.plan(lookup, structure=eexec.DeviceKernel, npartitions=parts).run(
+            k=cupy.arange(40) % 8, t=cupy.arange(8.0), shift=5)

@@ -146,3 +146,8 @@ def test_dask_backed_round_trip_is_lazy(client):
     assert same(out["m"].compute(), m_ref) and not same(m, m_ref)      # lazy: the caller's m untouched
     total = eplan.plan(scaled, structure=eexec.HostTeam).run(x=x, w=w, a=1.5, m=m.copy())["total"]
     assert same(out["total"].compute(), total)
+    # a 0-d dask-backed DataArray (a reduction) as the Param: a lazy Param, read on the workers
+    xd = x.chunk({"time": 40})
+    lazy = p.run(x=xd, w=w.chunk({"time": 30}), a=xd.mean(), m=m.chunk({"time": 40}))
+    host = eplan.plan(scaled, structure=eexec.HostTeam).run(x=x, w=w, a=float(xd.mean().compute()), m=m.copy())
+    assert isinstance(lazy["y"].data, da.Array) and same(lazy["y"].compute(), host["y"])
