@@ -4,7 +4,8 @@ The body is compiled with numba from the kernel's own source, rewritten in two w
 planes the body touches only as ``plane[i]`` are indexed ``plane[i - offset]`` (so a task may
 hold only its slice while ``i`` stays the global sample index), and a cell ``c[i] = v``
 writes into a row's scratch (``eagle.rows``).  Every other index of a plane, and every index
-of a ``Table`` (``t[i]`` included: a table is not cut by samples), is checked (``eagle.bounds``).  Module-level names are frozen into the module.
+of a ``Table`` (``t[i]`` included: a table is not cut by samples), is checked
+(``eagle.bounds``).  Module-level names are frozen into the module.
 
 ``load_module`` writes a generated module to the cache directory under a name derived from a
 hash of its text **and of everything it depends on** (``dependencies``): the source files of
