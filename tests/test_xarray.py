@@ -146,6 +146,11 @@ def test_dask_backed_round_trip_is_lazy(client):
     assert same(out["m"].compute(), m_ref) and not same(m, m_ref)      # lazy: the caller's m untouched
     total = eplan.plan(scaled, structure=eexec.HostTeam).run(x=x, w=w, a=1.5, m=m.copy())["total"]
     assert same(out["total"].compute(), total)
+    # numpy-backed planes on the same cluster (the numpy mode): DataArrays back, m written in place
+    m2 = m.copy()
+    eager = p.run(x=x, w=w, a=1.5, m=m2)
+    assert eager["m"] is m2 and same(m2, m_ref) and same(eager["q"], q_ref)
+    assert isinstance(eager["y"], xr.DataArray) and same(eager["y"]["time"], x["time"]) and same(eager["y"], y_ref)
     # a 0-d dask-backed DataArray (a reduction) as the Param: a lazy Param, read on the workers
     xd = x.chunk({"time": 40})
     lazy = p.run(x=xd, w=w.chunk({"time": 30}), a=xd.mean(), m=m.chunk({"time": 40}))
