@@ -234,6 +234,19 @@ def test_dask_table_edited_in_place_is_sent_again(client):
     assert store_of(client).sent == sent + 1
 
 
+def test_dask_kept_table_lost_with_the_workers_is_sent_again(client):
+    """A restart drops what the workers held: the next run finds its kept table lost and sends it."""
+    from eagle_dask.tables import store_of
+    a, _ = data(200, seed=9)
+    p = eplan.plan(interp, structure=_dask(client))
+    assert same(p.run(**a), interp_reference(**a))
+    sent = store_of(client).sent
+    client.restart(timeout=120)
+    client.wait_for_workers(2, timeout=120)
+    assert same(p.run(**a), interp_reference(**a))
+    assert store_of(client).sent == sent + 2
+
+
 @pytest.mark.parametrize("shift,what", OUT_OF_RANGE)
 def test_dask_table_index_out_of_range_raises(client, shift, what):
     p = eplan.plan(lookup, structure=_dask(client))
