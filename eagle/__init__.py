@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 if "numba" not in _sys.modules:
     _os.environ.setdefault("NUMBA_DISABLE_INTEL_SVML", "1")
 
-from .roles import In, Out, Mutable, Param, Cell  # noqa: E402
+from .roles import In, Out, Mutable, Param, Cell, Table  # noqa: E402
 from .kernel import Kernel, kernel  # noqa: E402
 from .plugin import Plugin, deploy, load, save  # noqa: E402
 from . import plan, exec  # noqa: E402,F401
@@ -23,5 +23,5 @@ if getattr(_numba.config, "USING_SVML", False):
                    "position-dependent bits; set NUMBA_DISABLE_INTEL_SVML=1 before importing numba",
                    RuntimeWarning, stacklevel=2)
 
-__all__ = ["In", "Out", "Mutable", "Param", "Cell", "Kernel", "kernel", "Plugin", "deploy", "load", "save",
+__all__ = ["In", "Out", "Mutable", "Param", "Cell", "Table", "Kernel", "kernel", "Plugin", "deploy", "load", "save",
            "plan", "exec", "__version__"]

@@ -11,13 +11,18 @@ A plane used in a way the analysis cannot see through (aliased, passed to a func
 is classified conservatively: as read at other samples if it is an input, as written at other
 samples if it is an output.  Reading another sample's ``Out``/``Mutable`` is a race and is
 refused, as is any use of a ``Cell`` other than ``cell[i] = value``.
+
+A ``Table`` reads no sample's data and does not change the class: it may only be read
+(``t[k]``, ``t[a, b]``) or asked its metadata (``t.shape``, ``len(t)``); a write, and any use
+the analysis cannot see through (aliased, passed to a function), is refused by name
+(``table_uses``).
 """
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
 
-from .roles import OUTPUT_KINDS, PLANE_KINDS
+from .roles import OUTPUT_KINDS, PLANE_KINDS, TABLE
 
 SAMPLE_LOCAL = "sample_local"
 CROSS_SAMPLE_READ = "cross_sample_read"
@@ -47,6 +52,7 @@ class Access:
     reads_other_samples: bool
     planes: dict = field(default_factory=dict)   # name -> PlaneUse
     range_params: set = field(default_factory=set)   # Params passed straight to range(...)
+    tables: dict = field(default_factory=dict)   # Table name -> the index counts it is subscripted with
 
 
 #: constructs a kernel body may not use, and why (each refused by name at deploy)
@@ -189,7 +195,39 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
             reads_other = True
             for u in uses.values():
                 u.own_only = False
-    return Access(access=access, reads_other_samples=reads_other, planes=uses, range_params=range_params)
+    return Access(access, reads_other, uses, range_params, table_uses(fdef, roles, refuse))
+
+
+def table_uses(fdef, roles, refuse) -> dict:
+    """Each Table's subscript counts (``{name: {1}}`` for ``t[k]``); a table written, deleted,
+    aliased or passed to a function is refused (``refuse(node, message)``)."""
+    tables = {name: set() for name, r in roles.items() if r.kind == TABLE}
+    if not tables:
+        return {}
+    parents = {child: node for node in ast.walk(fdef) for child in ast.iter_child_nodes(node)}
+    for node in ast.walk(fdef):
+        if not (isinstance(node, ast.Name) and node.id in tables) or node is fdef:
+            continue
+        name, parent = node.id, parents.get(node)
+        if not isinstance(node.ctx, ast.Load):
+            refuse(node, f"{name!r} is a Table, which is read-only: it cannot be assigned or deleted")
+        if isinstance(parent, ast.Attribute) and parent.attr in _METADATA_ATTRS:
+            continue
+        if (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "len"
+                and node in parent.args):
+            continue
+        if isinstance(parent, ast.Subscript) and parent.value is node:
+            if not isinstance(parent.ctx, ast.Load):
+                refuse(node, f"writes Table {name!r}: a table is read-only, shared by every sample; "
+                             "write results to an Out plane or a Cell")
+            sl = parent.slice
+            if any(isinstance(e, ast.Slice) for e in (sl.elts if isinstance(sl, ast.Tuple) else [sl])):
+                refuse(node, f"slices Table {name!r}: read one entry at a time, {name}[k] or {name}[a, b]")
+            tables[name].add(len(sl.elts) if isinstance(sl, ast.Tuple) else 1)
+            continue
+        refuse(node, f"uses Table {name!r} in a way eagle cannot check (aliased, passed to a function, "
+                     f"iterated): read its entries as {name}[k] in the body, and its size as {name}.shape[0]")
+    return {name: sorted(counts) for name, counts in tables.items()}
 
 
 def _range_arguments(fdef, roles, message) -> set:

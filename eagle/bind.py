@@ -1,7 +1,7 @@
 """Binding a run's arguments: every plane and Param checked against the kernel's roles.
 
 ``bind`` refuses, by name, anything a run cannot use (a missing or unknown argument, a Param
-given an array, planes of different sample counts, an output of the wrong dtype, shape or
+given an array, a Table of the wrong dtype or dimensions, planes of different sample counts, an output of the wrong dtype, shape or
 layout, an output sharing memory with another plane) before anything is written, then
 allocates the outputs the caller did not give.  ``not_gatherable`` is the one wording of the
 rule that outputs crossing processes are float64.
@@ -51,8 +51,9 @@ def param_value(plugin, name, planes: dict):
             raise TypeError(f"kernel {k!r} is missing Param {name!r}")
         return plugin.defaults[name]
     v = planes[name]
-    if isinstance(v, np.ndarray) and v.ndim == 0:
-        v = v[()]
+    if getattr(v, "ndim", None) == 0 and hasattr(v, "shape") and not isinstance(v, _PARAM_TYPES):
+        # a 0-d array is its value: numpy, a device array, or a dask one (computed here)
+        v = v.item() if hasattr(v, "__cuda_array_interface__") else np.asarray(v)[()]
     if not isinstance(v, _PARAM_TYPES):
         shape = getattr(v, "shape", None)
         what = f"an array of shape {shape}" if shape is not None else f"a {type(v).__name__}"
@@ -119,6 +120,9 @@ def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=
         if kind == "Param":
             values[name] = param_value(plugin, name, planes)
             continue
+        if kind == "Table":
+            values[name] = table_value(plugin, name, planes, as_array)
+            continue
         if not given:
             if kind != "Out":
                 raise TypeError(f"kernel {k!r} is missing plane {name!r} ({kind})")
@@ -143,6 +147,32 @@ def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=
             shape = (n,) if role.width is None else (n, role.width)
             values[name] = alloc(shape, dtype=role.out_dtype)
     return Bound(n=n, values=values, outputs=outputs, supplied=supplied)
+
+
+def table_value(plugin, name, planes: dict, as_array=np.asarray):
+    """Table ``name`` of a run, checked: an array of numbers (numpy, CuPy or any device array; a
+    list is made an array), at least one dimension, as many as the body's subscripts, the dtype
+    ``Table[dtype]`` declares.  Not counted in the run's samples, never cut or written."""
+    k = plugin.name
+    if name not in planes:
+        raise TypeError(f"kernel {k!r} is missing Table {name!r}")
+    v = planes[name]
+    if not is_array(v):
+        v = as_array(v)
+    if v.ndim < 1:
+        raise ValueError(f"Table {name!r} of kernel {k!r} is 0-d: a table has at least one axis (pass one "
+                         "number as a Param)")
+    if getattr(v, "dtype", np.dtype(np.float64)).kind not in "biufc":
+        raise TypeError(f"Table {name!r} of kernel {k!r} holds {v.dtype} values: a table holds numbers")
+    role = plugin.roles[name]
+    if role.dtype is not None and v.dtype != role.dtype:
+        raise TypeError(f"Table {name!r} of kernel {k!r} is {v.dtype}, but the kernel declares it "
+                        f"Table[{role.dtype.name!r}]; pass {name}.astype({role.dtype.name!r})")
+    wrong = [c for c in plugin.tables.get(name, ()) if c != v.ndim]
+    if wrong:
+        raise ValueError(f"Table {name!r} of kernel {k!r} has {v.ndim} dimension(s) (shape {tuple(v.shape)}), "
+                         f"but the body indexes it with {wrong[0]} index(es)")
+    return v
 
 
 def check_names(plugin, planes: dict):

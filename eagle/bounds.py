@@ -1,5 +1,7 @@
 """Bounds: every index of a plane other than the sample's own is checked, on the host and the device.
 
+Every index of a ``Table`` is checked, ``t[i]`` included (a table is not cut by samples).
+
 ``plane[i]`` and the first index of ``plane[i, k]`` are in range by construction and stay
 unchecked, so a sample-local kernel pays nothing.  Every other index -- ``x[i + 1]``,
 ``counts[b]``, the ``k`` of ``q[i, k]`` -- goes through ``at`` in the generated body
@@ -81,7 +83,10 @@ def index_error(plugin, record) -> IndexError:
     """The IndexError of one record, naming the plane, the index and its axis (the engine adds
     the kernel and the sample)."""
     sample, code, index, axis, n = (int(v) for v in record)
-    name = plugin.arg_spec[code][1]
+    role, name = plugin.arg_spec[code]
+    if role.kind == "Table":
+        return IndexError(f"index {index} is out of range for table {name!r}, whose axis {axis} has {n} entries "
+                          "(no wrap-around: every index of a table is checked)")
     what = "samples" if axis == 0 else "entries on axis 1"
     return IndexError(f"index {index} is out of range for plane {name!r}, which has {n} {what} "
                       f"(no wrap-around: indices other than {plugin.index_name} itself are checked)")

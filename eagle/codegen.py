@@ -3,7 +3,9 @@
 The body is compiled with numba from the kernel's own source, rewritten in two ways only:
 planes the body touches only as ``plane[i]`` are indexed ``plane[i - offset]`` (so a task may
 hold only its slice while ``i`` stays the global sample index), and a cell ``c[i] = v``
-writes into a row's scratch (``eagle.rows``).  Module-level names are frozen into the module.
+writes into a row's scratch (``eagle.rows``).  Every other index of a plane, and every index
+of a ``Table`` (``t[i]`` included: a table is not cut by samples), is checked
+(``eagle.bounds``).  Module-level names are frozen into the module.
 
 The generated modules are cached on disk, named by a hash of their text and of what they
 import, checked before they run and compiled once per host: ``eagle.cache`` (``load_module``,
@@ -15,7 +17,7 @@ import ast
 
 from .bounds import AT, ERR
 from .freeze import const_value
-from .roles import PLANE_KINDS
+from .roles import PLANE_KINDS, TABLE
 from .rows import scratch_name
 from .cache import cache_dir, load_module  # noqa: F401 - where the engines have always found them
 
@@ -29,7 +31,9 @@ class _Rewrite(ast.NodeTransformer):
     def __init__(self, plugin):
         self.idx = plugin.index_name
         self.sliced, self.cells = plugin.sliceable, set(plugin.cells)
-        self.code = {name: k for k, (role, name) in enumerate(plugin.arg_spec) if role.kind in PLANE_KINDS}
+        self.code = {name: k for k, (role, name) in enumerate(plugin.arg_spec)
+                     if role.kind in PLANE_KINDS or role.kind == TABLE}
+        self.tables = {name for role, name in plugin.arg_spec if role.kind == TABLE}
 
     def _own(self, e):
         return isinstance(e, ast.Name) and e.id == self.idx
@@ -49,7 +53,7 @@ class _Rewrite(ast.NodeTransformer):
         tuple_ = isinstance(node.slice, ast.Tuple)
         elts = list(node.slice.elts) if tuple_ else [node.slice]
         for axis, e in enumerate(elts):
-            if axis == 0 and self._own(e):
+            if axis == 0 and self._own(e) and name not in self.tables:   # a table's t[i] is checked too
                 if name in self.cells or name in self.sliced:
                     off = CO if name in self.cells else PO
                     elts[0] = ast.BinOp(ast.Name(self.idx, ast.Load()), ast.Sub(), ast.Name(off, ast.Load()))

@@ -20,6 +20,7 @@ from .local import DeviceKernel, HostTeam
 from .plugin import Plugin, deploy
 from .rows import check_partitions, cover, fold, is_count, n_rows, split
 from .structure import Structure
+from .xarray_io import unwrap, wrap
 
 #: what may run a rank's or a worker's share
 INNER = (HostTeam, DeviceKernel)
@@ -75,9 +76,10 @@ class Plan:
             runs = f"inner={self.inner!r}" if self.structure.crosses_processes else f"{self.structure!r}"
             raise ValueError(f"kernel {self.plugin.name!r}: device={device!r}, but {runs} runs on "
                              "CPU threads; device= picks the GPU of a DeviceKernel plan (or of inner=DeviceKernel)")
+        planes, labels = unwrap(self.plugin, planes)          # xarray planes: their data, their labels
         bound = self.structure.bind(self, planes, device)
         rows = self.structure.execute(self, bound, device)
-        return self.structure.result(self, bound, rows)
+        return wrap(self.plugin, self.structure.result(self, bound, rows), labels)
 
     def result(self, bound, rows):
         out = {}

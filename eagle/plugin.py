@@ -33,9 +33,9 @@ from .freeze import (NUMBER_TYPES, TRUSTED_MODULES, check_entry, check_function_
 from .device_ptx import device_ptx
 from .host import host_entry
 from .kernel import Kernel, kernel as _as_kernel
-from .roles import OUTPUT_KINDS, Cell, In, Mutable, Out, Param
+from .roles import OUTPUT_KINDS, Cell, In, Mutable, Out, Param, Table
 
-SCHEMA = 2
+SCHEMA = 3          # 3: the Table role
 INTEGRITY = "integrity"
 MANIFEST = "manifest.json"
 SOURCE = "kernel.py"
@@ -47,12 +47,16 @@ def _role_to_json(role, name):
 
 def _role_from_json(d):
     """A role read back through the roles' own checks (``Out[w, dtype]``, ``Cell[op]``)."""
-    base = {"In": In, "Out": Out, "Mutable": Mutable, "Param": Param, "Cell": Cell}.get(d["kind"])
+    base = {"In": In, "Out": Out, "Mutable": Mutable, "Param": Param, "Cell": Cell, "Table": Table}.get(d["kind"])
     if base is None:
         raise ValueError(f"argument {d['name']!r} has no role {d['kind']!r}")
     if d["kind"] == "Cell":
         return d["name"], base[d["op"]]
     sub = tuple(v for v in (d["width"], d["dtype"]) if v is not None)
+    if d["kind"] == "Table":
+        if d["width"] is not None:
+            raise ValueError(f"argument {d['name']!r}: a Table takes no width")
+        return d["name"], (base[d["dtype"]] if d["dtype"] is not None else base)
     if sub and d["kind"] != "Out":
         raise ValueError(f"argument {d['name']!r}: {d['kind']} takes no width or dtype")
     return d["name"], (base[sub] if sub else base)
@@ -145,6 +149,7 @@ class Plugin:
         self.reads_other_samples = info.reads_other_samples
         self.plane_uses = info.planes
         self.range_params = info.range_params
+        self.tables = info.tables
         self.cells = {name: role.op for role, name in self.arg_spec if role.kind == "Cell"}
         ops = set(self.cells.values())
         self.exec_op = ops.pop() if len(ops) == 1 else None

@@ -37,6 +37,9 @@ import math
 
 import numba
 import numpy as np
+from numba.core import types
+from numba.core.errors import TypingError
+from numba.extending import overload
 
 __all__ = ["GENERATOR", "philox", "uniform", "uniform2", "uniform_range", "normal", "normal2",
            "exponential", "bernoulli", "integers"]
@@ -102,10 +105,39 @@ def _word(x):
     return 0 <= x <= 0xFFFFFFFF
 
 
-@_jit
-def philox(c0, c1, c2, c3, k0, k1):
-    """The Philox4x32-10 block of counter ``(c0, c1, c2, c3)`` and key ``(k0, k1)``, each word an
-    integer in [0, 2**32): four uint32 words, as Random123's ``philox4x32(ctr, key)``."""
+def _philox_words(args):
+    """``(c0, c1, c2, c3, k0, k1)`` from philox's arguments (typed by ``_philox_words_typed``)."""
+    raise NotImplementedError("eagle.random._philox_words is only called from compiled code")
+
+
+@overload(_philox_words, target="generic", inline="always")
+def _philox_words_typed(args):
+    """Which form philox was called in, decided when it is typed: six words, or (counter, key)."""
+    if len(args) == 6:
+        return lambda args: args
+    if len(args) == 2:
+        counter, key = args
+        for what, t, want in (("counter", counter, 4), ("key", key, 2)):
+            if isinstance(t, types.BaseTuple) and len(t) != want:
+                raise TypingError(f"eagle.random.philox: the {what} is {want} words, got a tuple of {len(t)}")
+
+        def impl(args):
+            c, k = args
+            if len(c) != 4 or len(k) != 2:
+                raise ValueError("eagle.random.philox: the counter is 4 words and the key 2")
+            return c[0], c[1], c[2], c[3], k[0], k[1]
+        return impl
+    raise TypingError("eagle.random.philox takes (c0, c1, c2, c3, k0, k1) or (counter, key): a 4-word counter "
+                      f"and a 2-word key; got {len(args)} arguments")
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def philox(*args):
+    """The Philox4x32-10 block of a counter and a key, each word an integer in [0, 2**32): four
+    uint32 words, as Random123's ``philox4x32(ctr, key)``.  Called as ``philox(c0, c1, c2, c3,
+    k0, k1)`` (in kernels) or ``philox(counter, key)`` with ``counter`` 4 words (a tuple or an
+    array) and ``key`` 2; both forms give the same block."""
+    c0, c1, c2, c3, k0, k1 = _philox_words(args)
     if not (_word(c0) and _word(c1) and _word(c2) and _word(c3) and _word(k0) and _word(k1)):
         raise ValueError("eagle.random.philox: every counter and key word is an integer in [0, 2**32)")
     w0, w1, w2, w3 = _rounds(np.uint64(c0), np.uint64(c1), np.uint64(c2), np.uint64(c3),

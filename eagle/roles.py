@@ -1,8 +1,10 @@
-"""Argument roles of a per-sample kernel: In, Out, Mutable, Param and Cell[op].
+"""Argument roles of a per-sample kernel: In, Out, Mutable, Param, Cell[op] and Table.
 
 A kernel's first parameter is the sample index; every other parameter is annotated with one
 of these roles.  ``Out`` may declare a vector width and a dtype (``Out[3]``, ``Out["int64"]``,
-``Out[3, np.float32]``); ``Cell`` must name its reduction (``Cell["sum"]``).
+``Out[3, np.float32]``); ``Cell`` must name its reduction (``Cell["sum"]``).  A ``Table`` is a
+read-only array shared by every sample (any shape, not cut by samples); ``Table["int64"]``
+declares the dtype it must have.
 """
 from __future__ import annotations
 
@@ -32,8 +34,11 @@ class Role:
                 raise ValueError(
                     f"unknown cell op {item!r}: a Cell reduces with one of {', '.join(CELL_OPS)}")
             return Role("Cell", op=item)
+        if self.kind == "Table" and self.dtype is None:
+            return Role("Table", dtype=_table_dtype(item))
         if self.kind != "Out" or self.width is not None or self.dtype is not None:
-            raise TypeError(f"{self.kind} takes no subscript; only Out[width] / Out[dtype] and Cell[op] do")
+            raise TypeError(f"{self.kind} takes no subscript; only Out[width] / Out[dtype], Table[dtype] and "
+                            "Cell[op] do")
         items = item if isinstance(item, tuple) else (item,)
         width = dtype = None
         for it in items:
@@ -79,11 +84,24 @@ class Role:
         return self.dtype if self.dtype is not None else np.dtype(np.float64)
 
 
+def _table_dtype(item):
+    try:
+        dtype = np.dtype(item)
+    except TypeError:
+        raise TypeError(f"Table[{item!r}]: a Table declares one numeric dtype, e.g. Table['float64']") from None
+    if dtype.kind not in "biufc":
+        raise TypeError(f"Table[{item!r}]: a table holds numbers (bool, integers, floats or complex)")
+    return dtype
+
+
 In = Role("In")
 Out = Role("Out")
 Mutable = Role("Mutable")
 Param = Role("Param")
 Cell = Role("Cell")
+Table = Role("Table")
 
 PLANE_KINDS = ("In", "Out", "Mutable")
 OUTPUT_KINDS = ("Out", "Mutable")
+#: a read-only array shared by every sample: indexed freely, bounds-checked, never cut by samples
+TABLE = "Table"

@@ -17,9 +17,13 @@ When any plane of a run is a dask array, ``Plan.run`` builds a graph and returns
 * numpy planes beside dask planes: a sliceable one is cut into the blocks' slices, any other
   is one key of the graph -- each sent once;
 * a plane the body reads at other samples (``plugin.sliceable`` leaves it out) is assembled
-  whole on the cluster (``rechunk`` to one chunk) and given to every block;
+  whole on the cluster (``rechunk`` to one chunk) and given to every block; so is a dask
+  ``Table`` (all its axes in one chunk), and a numpy table is one key of the graph
+  (``eagle_dask.lazy_tables``);
 * vector planes ``(n, w)`` are cut along samples only: a dask plane chunked along its second
-  axis is refused, as is a dask Param and a numpy ``Out`` (it would be written in place).
+  axis is refused, as is a numpy ``Out`` (it would be written in place);
+* a Param may be a 0-d dask array (a cell of an earlier lazy run, ``x.mean()``): every block
+  depends on it and reads its value on the worker (``eagle_dask.lazy_params``).
 
 A lost worker is dask's to recover: every block is recomputed from the graph's lineage, and
 a block is a pure function of its chunks, so the bits are the same.  A kernel that raises
@@ -34,9 +38,11 @@ import numpy as np
 
 from eagle.bind import (GATHERED_DTYPE, check_names, check_output, check_plane, is_array, not_gatherable,
                         param_value, sample_count)
-from eagle.roles import OUTPUT_KINDS
+from eagle.roles import OUTPUT_KINDS, TABLE
 from eagle.rows import ROW
 
+from .lazy_params import lazy_param, params_arg
+from .lazy_tables import bind_table, table_key
 from .task import PluginRef, fold_cell, pick_block, pick_rows, run_chunk
 
 
@@ -67,9 +73,7 @@ class LazyBound:
 def _param(plugin, name, planes):
     v = planes.get(name)
     if is_dask(v):
-        raise TypeError(f"Param {name!r} of kernel {plugin.name!r} is a dask {type(v).__name__}: a Param is one "
-                        "number for all samples, known when the graph is built; pass a number (compute it "
-                        f"first, float({name}.compute())), or per-sample values as an In plane")
+        return lazy_param(plugin, name, v)          # read on the worker (eagle_dask.lazy_params)
     return param_value(plugin, name, planes)
 
 
@@ -123,6 +127,9 @@ def bind_lazy(plan, planes: dict, device=None) -> LazyBound:
         if kind == "Param":
             values[name] = _param(plugin, name, planes)
             continue
+        if kind == TABLE:
+            values[name] = bind_table(plugin, name, planes)
+            continue
         if name not in planes:
             if kind != "Out":
                 raise TypeError(f"kernel {k!r} is missing plane {name!r} ({kind})")
@@ -157,6 +164,19 @@ def _chunk_key(arr, b):
     return (arr.name, b) + ((0,) if arr.ndim == 2 else ())
 
 
+def _whole(v, n, key, layer, table):
+    """The key every block reads a whole plane (or a table) from, and the dask array it comes
+    from (None for a numpy plane: put in ``layer`` under ``key``, sent once)."""
+    if table:
+        return table_key(v, key, layer)                 # one chunk, or one key of the graph
+    if not is_dask(v):
+        layer[key] = v
+        return key, None
+    if len(v.chunks[0]) != 1:
+        v = v.rechunk((n,) + v.chunks[1:])               # assembled on the cluster
+    return _chunk_key(v, 0), v
+
+
 def execute_lazy(plan, bound: LazyBound, device) -> dict:
     """Build the run's graph; put its dask arrays in ``bound.results``.  Returns no row
     partials: the cells are folded by tasks of the graph."""
@@ -168,16 +188,20 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
     sliceable = plugin.sliceable
     fresh = {name: (plugin.roles[name].width, plugin.roles[name].out_dtype)
              for name in plugin.names("Out") if name not in bound.supplied}
-    planes = {k: v for k, v in bound.values.items() if (is_dask(v) or is_array(v)) and k not in fresh}
+    planes = {k: v for k, v in bound.values.items()
+              if (is_dask(v) or is_array(v)) and k not in fresh and plugin.roles[k].kind != "Param"}
     params = {k: v for k, v in bound.values.items() if k not in planes}
-    sizes = block_sizes(n, [v.chunks[0] for v in planes.values() if is_dask(v)], rows=bool(plugin.cells))
+    params_in, lazy_params = params_arg(params)      # 0-d dask Params: read on the worker
+    tables = set(plugin.names(TABLE))
+    sizes = block_sizes(n, [v.chunks[0] for k, v in planes.items() if is_dask(v) and k not in tables],
+                        rows=bool(plugin.cells))
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
     blocks = range(len(sizes))
     token = tokenize(plugin.key, plan.inner.name, device, sizes, params, fresh,
                      {k: (v.name if is_dask(v) else v) for k, v in planes.items()})
     run_name = f"eagle-{plugin.name}-{token}"
     layer, ref = {}, PluginRef(plugin)
-    inputs, sliced_names, sliced_keys, whole_names, whole_keys = [], [], [[] for _ in blocks], [], []
+    inputs, sliced_names, sliced_keys, whole_names, whole_keys = lazy_params, [], [[] for _ in blocks], [], []
     for name, v in planes.items():
         if name in sliceable:
             sliced_names.append(name)
@@ -194,22 +218,17 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
                     sliced_keys[b].append(key)
         else:
             whole_names.append(name)
-            if is_dask(v):
-                if len(v.chunks[0]) != 1:
-                    v = v.rechunk((n,) + v.chunks[1:])           # assembled on the cluster
+            key, v = _whole(v, n, f"eagle-{name}-{token}", layer, name in tables)
+            if v is not None:
                 inputs.append(v)
-                whole_keys.append(_chunk_key(v, 0))
-            else:
-                key = f"eagle-{name}-{token}"
-                layer[key] = v
-                whole_keys.append(key)
+            whole_keys.append(key)
     rows_name = f"eagle-{plugin.name}-rows-{token}"
     for b in blocks:
         # the plugin rides in each task (pickled once with the graph): a key of its own would be a
         # dependency the scheduler weighs against the chunks when it places a block
         layer[(run_name, b)] = (run_chunk, ref, plan.inner, b, starts[b], starts[b + 1], n,
                                 tuple(sliced_names), list(sliced_keys[b]), tuple(whole_names), list(whole_keys),
-                                params, fresh, device)
+                                params_in, fresh, device)
         if plugin.cells:
             layer[(rows_name, b)] = (pick_rows, (run_name, b))
     runs = da.Array(HighLevelGraph.from_collections(run_name, layer, dependencies=inputs), run_name,

@@ -41,10 +41,12 @@ from concurrent.futures import CancelledError
 import numpy as np
 
 from eagle.bind import is_array
+from eagle.roles import TABLE
 from eagle.rows import split
 
 from .progress import show_progress
 from .ranks import worker_ranks
+from .tables import lost, shared
 from .task import PluginRef, run_block
 
 #: seconds between looks at the scheduler's view of the blocks while none comes back
@@ -132,7 +134,11 @@ class EagerRun:
                       for name in plugin.names("Out") if name not in bound.supplied}
         arrays = {k: v for k, v in bound.values.items() if is_array(v) and k not in self.fresh}
         self.params = {k: v for k, v in bound.values.items() if not is_array(v)}
-        self.whole = {k: v for k, v in arrays.items() if k not in sliceable}
+        # numpy tables: sent once, kept on the workers across runs (eagle_dask.tables)
+        self.tables = {k: v for k, v in arrays.items()
+                       if plugin.roles[k].kind == TABLE and isinstance(v, np.ndarray)}
+        self.table_f = {}
+        self.whole = {k: v for k, v in arrays.items() if k not in sliceable and k not in self.tables}
         self.sliced = {k: v for k, v in arrays.items() if k in sliceable}
         self.rows_of = [None] * len(parts)
         self.blocks = [_Block(r, p) for r, p in enumerate(parts) if p.count]
@@ -170,6 +176,8 @@ class EagerRun:
         return self.structure._rows(plugin, self.rows_of)
 
     def _scatter(self):
+        if self.tables:
+            self.table_f = shared(self.client, self.tables, self.structure.timeout)
         if self.whole:
             # every worker holds a replica: a block recomputed on a survivor finds its planes there
             if self.whole_f is not None:
@@ -183,7 +191,8 @@ class EagerRun:
         key = f"eagle-{self.name}-{self.tag}-rank{b.rank}" + (f"-again{b.attempts}" if b.attempts else "")
         b.address, b.whole = address, self.whole_f
         b.future = self.client.submit(self.task, self.ref, self.plan.inner, b.rank, p.base, p.stop, self.bound.n,
-                                      sliced, self.whole_f, self.params, self.fresh, self.device, key=key,
+                                      sliced, self.whole_f, {**self.params, **self.table_f}, self.fresh,
+                                      self.device, key=key,
                                       workers=[address], allow_other_workers=True, pure=False)
 
     # -- supervising -----------------------------------------------------------------------
@@ -256,8 +265,8 @@ class EagerRun:
         if self.client.status not in ("running", "connecting", "newly-created"):
             raise RuntimeError(f"DaskPartition: the client closed while kernel {self.name!r} ran; the blocks of "
                                f"rank(s) {left} were not computed and the output planes are incomplete")
-        if b.whole is not None and b.whole.status != "finished":
-            if b.whole is self.whole_f:
+        if (b.whole is not None and b.whole.status != "finished") or lost(self.table_f.values()):
+            if b.whole is self.whole_f or lost(self.table_f.values()):
                 self._scatter()                         # the planes were lost with every worker that held them
             self._again(b)
             self._resubmitted.append(b)

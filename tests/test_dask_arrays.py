@@ -214,8 +214,9 @@ def test_refusals_name_the_plane(client):
         lazy_plan(vec).run(p=p, scale=1.0)
     axpb = lazy_plan(eagle.deploy(K.axpb))
     x = da.ones(100, chunks=30)
-    with pytest.raises(TypeError, match=r"Param 'a' of kernel 'axpb' is a dask Array: a Param is one number"):
-        axpb.run(x=x, a=da.ones(()), b=1.0)
+    with pytest.raises(TypeError, match=r"Param 'a' of kernel 'axpb' is a dask array of shape \(3,\): a Param takes "
+                                        r"one number for all samples, here a 0-d dask array"):
+        axpb.run(x=x, a=da.ones(3), b=1.0)          # a 0-d dask array is a lazy Param (tests/test_lazy_params.py)
     with pytest.raises(ValueError, match=r"output plane 'y' of kernel 'axpb' is a numpy array, and this run is lazy "
                                          r"\(plane 'x' is a dask array\): nothing is written in place"):
         axpb.run(x=x, a=1.0, b=1.0, y=np.zeros(100))

@@ -159,7 +159,7 @@ def test_artifact_of_another_schema_is_refused(tmp_path):
     m = json.load(open(mpath))
     m["schema"] = 99
     json.dump(m, open(mpath, "w"))
-    with pytest.raises(ValueError, match=r"schema version 99, this eagle reads schema version 2"):
+    with pytest.raises(ValueError, match=r"schema version 99, this eagle reads schema version 3"):
         eagle.load(path)
 
 

@@ -496,3 +496,35 @@ def test_cuda_simulator_same_bits_as_host():
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(recs) == 4 and all(r["same"] for r in recs), recs
+
+
+@pytest.mark.parametrize("ctr, key, expected", KAT)
+def test_philox_counter_key_form_known_answers(ctr, key, expected):
+    """philox(counter, key): Random123's answers, the scalar form's block, a counter as an array."""
+    assert erandom.philox(ctr, key) == expected
+    assert erandom.philox(np.array(ctr, dtype=np.uint32), key) == expected
+    assert erandom.philox(tuple(np.uint64(c) for c in ctr), np.array(key, dtype=np.uint64)) == expected
+    assert erandom.philox(ctr, key) == erandom.philox(*ctr, *key)
+
+
+def test_philox_counter_key_form_refusals_and_kernel_scalar_form():
+    with pytest.raises(ValueError, match="counter and key word"):
+        erandom.philox((0, 0, 0, 2**32), (0, 0))
+    with pytest.raises(ValueError, match="the counter is 4 words and the key 2"):
+        erandom.philox(np.zeros(3, dtype=np.uint32), (0, 0))
+    with pytest.raises(Exception, match="the counter is 4 words, got a tuple of 3"):
+        erandom.philox((0, 0, 0), (0, 0))
+    with pytest.raises(Exception, match="takes \\(c0, c1, c2, c3, k0, k1\\) or \\(counter, key\\)"):
+        erandom.philox(0, 0, 0)
+
+    @eagle.kernel
+    def blocks(i, w: Out[4]):
+        a, b, c, d = erandom.philox(i, 0, 0, 0, 7, 0)
+        w[i, 0] = a
+        w[i, 1] = b
+        w[i, 2] = c
+        w[i, 3] = d
+
+    got = eplan.plan(blocks, structure=eexec.HostTeam, npartitions=2).run(w=np.zeros((5, 4)))
+    want = np.array([ref_philox((s, 0, 0, 0), (7, 0)) for s in range(5)], dtype=np.float64)
+    assert np.array_equal(got, want)

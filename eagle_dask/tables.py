@@ -1,0 +1,130 @@
+"""Tables on the workers of a numpy-mode Dask run: sent once, kept, found again by content.
+
+A ``Table`` (``eagle.Table``) is read by every sample and never cut, so every worker needs it
+whole.  Sending it with each run would cost its size per run; instead the driver keeps, per
+client, the tables it has sent (``shared``): each is scattered to every worker once
+(``broadcast``), under a key named by a hash of its bytes computed that one time, and its
+future is held so the workers keep it.  A later run that passes a table with the same bytes
+-- the same array, or an equal one made anew -- reuses the future and sends nothing.
+
+Finding a table again must not cost a full cryptographic hash per run (SHA-256 of an 8 MB
+table is about one small run), and must never reuse a table whose bytes changed in place.
+So the driver keeps a copy of each table it sent (the very copy the workers hold) and a
+cheap *fingerprint* -- dtype, shape and a few entries spread over the table -- to find
+candidates; a candidate is reused only when its bytes equal the table's, compared in full
+(a memory compare: about a tenth of a hash's cost, and exact, where a hash is probably so).
+A table edited in place since the last run therefore misses and is sent again.
+
+The store is bounded (``MAX_TABLES`` tables, ``MAX_BYTES`` in all): the least recently used
+are released.  A future lost with every worker that held it (``status`` no longer
+``finished``) is dropped and the table scattered again.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+import weakref
+from collections import OrderedDict
+
+import numpy as np
+
+#: tables kept per client at most, and their bytes in all
+MAX_TABLES = 16
+MAX_BYTES = 1 << 30
+#: entries read for a table's fingerprint
+PROBES = 64
+
+
+def fingerprint(v: np.ndarray) -> tuple:
+    """dtype, shape and ``PROBES`` entries spread evenly over the table (cheap; finds candidates)."""
+    flat = v.reshape(-1)
+    if flat.size > PROBES:
+        flat = flat[np.linspace(0, flat.size - 1, PROBES).astype(np.intp)]
+    return v.dtype.str, v.shape, np.ascontiguousarray(flat).tobytes()
+
+
+def _words(v: np.ndarray) -> np.ndarray:
+    flat = np.ascontiguousarray(v).reshape(-1).view(np.uint8)
+    return flat.view(np.uint64) if flat.size % 8 == 0 else flat
+
+
+def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two tables of one dtype and shape hold the same bytes (NaNs and signed zeros
+    compared as bits)."""
+    return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(_words(a), _words(b)))
+
+
+class _Entry:
+    __slots__ = ("copy", "future", "nbytes")
+
+    def __init__(self, copy, future):
+        self.copy, self.future, self.nbytes = copy, future, copy.nbytes
+
+
+class _Store:
+    """The tables one client has sent: fingerprint -> entries, least recently used first."""
+
+    def __init__(self):
+        self.entries = OrderedDict()          # (fingerprint, serial) -> _Entry
+        self.serial = 0
+        self.sent = 0                         # tables scattered (read by the tests and the benchmark)
+
+    def find(self, v):
+        fp = fingerprint(v)
+        for key, e in list(self.entries.items()):
+            if key[0] != fp:
+                continue
+            if e.future.status != "finished":          # lost with the workers: send it again
+                del self.entries[key]
+                continue
+            if same_bytes(e.copy, v):
+                self.entries.move_to_end(key)
+                return e.future
+        return None
+
+    def add(self, client, v, timeout):
+        copy = np.array(v, copy=True, order="C")        # what the workers hold; never the caller's array
+        key = "eagle-table-" + hashlib.sha256(copy.view(np.uint8).reshape(-1)).hexdigest()[:32]
+        future = client.scatter({key: copy}, broadcast=True, hash=False, timeout=timeout)[key]
+        self.serial += 1
+        self.sent += 1
+        self.entries[(fingerprint(copy), self.serial)] = _Entry(copy, future)
+        self._trim()
+        return future
+
+    def _trim(self):
+        while len(self.entries) > MAX_TABLES or (
+                len(self.entries) > 1 and sum(e.nbytes for e in self.entries.values()) > MAX_BYTES):
+            _, e = self.entries.popitem(last=False)
+            try:
+                e.future.release()
+            except Exception:  # noqa: BLE001 - the client closed: nothing is held any more
+                pass
+
+
+_STORES = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def store_of(client) -> _Store:
+    with _LOCK:
+        s = _STORES.get(client)
+        if s is None:
+            s = _STORES[client] = _Store()
+        return s
+
+
+def shared(client, tables: dict, timeout=None) -> dict:
+    """``{name: future}`` of each numpy table of ``tables`` on every worker of ``client``: the
+    future a previous run left for the same bytes, else the table scattered now."""
+    store = store_of(client)
+    out = {}
+    with _LOCK:
+        for name, v in tables.items():
+            out[name] = store.find(v) or store.add(client, v, timeout)
+    return out
+
+
+def lost(futures) -> bool:
+    """Whether any of a run's table futures was lost (with every worker that held it)."""
+    return any(f.status != "finished" for f in futures)
