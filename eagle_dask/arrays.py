@@ -37,6 +37,7 @@ from eagle.bind import (GATHERED_DTYPE, check_names, check_output, check_plane, 
 from eagle.roles import OUTPUT_KINDS
 from eagle.rows import ROW
 
+from . import keys
 from .task import PluginRef, fold_cell, pick_block, pick_rows, run_chunk
 
 
@@ -173,9 +174,9 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
     sizes = block_sizes(n, [v.chunks[0] for v in planes.values() if is_dask(v)], rows=bool(plugin.cells))
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
     blocks = range(len(sizes))
-    token = tokenize(plugin.key, plan.inner.name, device, sizes, params, fresh,
+    token = "0" + tokenize(plugin.key, plan.inner.name, device, sizes, params, fresh,
                      {k: (v.name if is_dask(v) else v) for k, v in planes.items()})
-    run_name = f"eagle-{plugin.name}-{token}"
+    run_name = keys.name(plugin.name, "block", token)
     layer, ref = {}, PluginRef(plugin)
     inputs, sliced_names, sliced_keys, whole_names, whole_keys = [], [], [[] for _ in blocks], [], []
     for name, v in planes.items():
@@ -189,7 +190,7 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
                     sliced_keys[b].append(_chunk_key(v, b))
             else:
                 for b in blocks:
-                    key = (f"eagle-{name}-{token}", b)
+                    key = (keys.name(plugin.name, "in", f"{token}-{name}"), b)
                     layer[key] = np.ascontiguousarray(v[starts[b]:starts[b + 1]])
                     sliced_keys[b].append(key)
         else:
@@ -200,10 +201,10 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
                 inputs.append(v)
                 whole_keys.append(_chunk_key(v, 0))
             else:
-                key = f"eagle-{name}-{token}"
+                key = keys.name(plugin.name, "in", f"{token}-{name}")
                 layer[key] = v
                 whole_keys.append(key)
-    rows_name = f"eagle-{plugin.name}-rows-{token}"
+    rows_name = keys.name(plugin.name, "rows", token)
     for b in blocks:
         # the plugin rides in each task (pickled once with the graph): a key of its own would be a
         # dependency the scheduler weighs against the chunks when it places a block
@@ -219,7 +220,7 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
         if name in bound.outputs:
             width = role.width if role.kind == "Out" else (bound.values[name].shape[1]
                                                            if bound.values[name].ndim == 2 else None)
-            out_name = f"{name}-{run_name}"
+            out_name = keys.name(plugin.name, "out", f"{token}-{name}")
             tail = () if width is None else (0,)
             graph = HighLevelGraph.from_collections(
                 out_name, {(out_name, b) + tail: (pick_block, (run_name, b), name) for b in blocks},
@@ -228,7 +229,7 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
             results[name] = da.Array(graph, out_name, chunks=chunks, dtype=np.float64,
                                      meta=np.empty((0,) * len(chunks), dtype=np.float64))
         elif role.kind == "Cell":
-            cell_name = f"{name}-{run_name}"
+            cell_name = keys.name(plugin.name, "cell", f"{token}-{name}")
             graph = HighLevelGraph.from_collections(
                 cell_name, {(cell_name,): (fold_cell, role.op, name, [(rows_name, b) for b in blocks])},
                 dependencies=[runs])

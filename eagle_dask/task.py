@@ -43,6 +43,8 @@ from eagle.plugin import Plugin
 from eagle.roles import OUTPUT_KINDS
 from eagle.rows import ROW, fold
 
+from .progress import report_piece
+
 #: what recent tasks of this worker received: (kernel, rank, start, stop, worker, {plane: length})
 #: -- a debugging record, read with ``client.run(eagle_dask.task.received)``; lazy blocks are
 #: recorded with the rank ``"block b"``
@@ -145,7 +147,7 @@ def first_piece() -> int:
     return FIRST_PIECE if threads == 1 else max(FIRST_PIECE, 4 * threads * MIN_TILE)
 
 
-def run_pieces(inner, plugin, values, start, stop, po=0, device=None, wanted=still_wanted):
+def run_pieces(inner, plugin, values, start, stop, po=0, device=None, wanted=still_wanted, report=report_piece):
     """``inner.run_range`` over ``[start, stop)``, in pieces of whole rows on the host (see the
     module docstring); returns each cell's row partials for the whole range."""
     count = stop - start
@@ -159,6 +161,7 @@ def run_pieces(inner, plugin, values, start, stop, po=0, device=None, wanted=sti
         parts.append(inner.run_range(plugin, values, a, b, po=po, device=device))
         spent = time.perf_counter() - t
         a = b
+        report(a - start)
         if a < stop and not wanted():
             raise Abandoned(f"kernel {plugin.name!r}: the block [{start}, {stop}) was released by the "
                             f"client; stopped at sample {a}")

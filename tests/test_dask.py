@@ -330,7 +330,7 @@ def test_a_cancelled_block_is_named_and_ends_the_run(fragile):
     th, box = run_in_thread(eplan.plan(plugin, structure=DaskPartition.on(fragile, progress=False)),
                              slow_inputs())
     _, key = _wait_processing_key(fragile, "-rank1", timeout=60)
-    assert str(key).startswith(f"eagle-{plugin.name}-")
+    assert str(key).startswith(f"{plugin.name}-eagle-block-")
     cancelled = time.monotonic()
     fragile.cancel([Future(key, fragile)])
     th.join(60)
