@@ -225,3 +225,38 @@ def test_a_cancelled_run_frees_its_workers(client, how):
         **{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in small.items()})
     assert time.monotonic() - t < 10.0, "the next run waited behind the cancelled blocks"
     same_as_numpy(K.as_dict(eagle.deploy(oscillator), out), K.oscillator_numpy(small))
+
+
+def test_a_notebook_without_widgets_keeps_one_updated_output(tmp_path):
+    """The bar in a notebook without ipywidgets: one text output updated in place, so the saved
+    notebook holds the last state only (not one line per update)."""
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    import subprocess
+    import sys
+    from tests.launch import ROOT, loopback_env
+    n = 8192
+    cells = [
+        "import sys\nsys.modules['ipywidgets'] = None          # as if ipywidgets were not installed",
+        "import numpy as np\nimport eagle_dask\nfrom eagle import plan as eplan\nfrom eagle.models import oscillator\n"
+        "client = eagle_dask.local_cluster(n_workers=2, threads_per_worker=1)\n"
+        "p = eplan.plan(oscillator, structure=eagle_dask.DaskPartition.on(client, progress=True))\n"
+        "w = np.linspace(0.5, 2.0, 64)\n"
+        "_ = p.run(omega=w, dt=1e-3, steps=1, x=np.ones(64), v=np.zeros(64))",
+        f"w = np.linspace(0.5, 2.0, {n})\n"
+        f"out = p.run(omega=w, dt=1e-3, steps=4_000_000, x=np.ones({n}), v=np.zeros({n}))",
+        "client.close()",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    path = tmp_path / "bar.ipynb"
+    nbformat.write(nb, str(path))
+    proc = subprocess.run([sys.executable, "scripts/run_notebooks.py", str(path), "--out", str(tmp_path / "out")],
+                          cwd=ROOT, env=loopback_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    done = nbformat.read(str(tmp_path / "out" / "bar.ipynb"), as_version=4)
+    outputs = done.cells[2].outputs
+    shown = [o for o in outputs if o.output_type == "display_data"]
+    streams = [o for o in outputs if o.output_type == "stream"]
+    assert len(shown) == 1 and not streams, outputs
+    assert f"100% {n}/{n} samples" in shown[0].data["text/plain"], shown[0].data
