@@ -260,3 +260,33 @@ def test_a_notebook_without_widgets_keeps_one_updated_output(tmp_path):
     streams = [o for o in outputs if o.output_type == "stream"]
     assert len(shown) == 1 and not streams, outputs
     assert f"100% {n}/{n} samples" in shown[0].data["text/plain"], shown[0].data
+
+
+def test_a_cancelled_piece_stops_within_a_poll():
+    """A worker with a team of 2 threads runs a first piece of 4 x 2 whole tiles (16384 samples,
+    about ten seconds here): a cancel stops it within a poll, not at the piece's end."""
+    import eagle_dask
+    from distributed import Future
+    n, steps = 32_768, 20_000_000
+    with eagle_dask.local_cluster(n_workers=1, threads_per_worker=2) as c:
+        c.wait_for_workers(1, timeout=120)
+        p = eplan.plan(oscillator, structure=DaskPartition.on(c, progress=False))
+        p.run(**oscillators(64, 1))
+        th, box = run_in_thread(p, oscillators(n, steps))
+        end = time.monotonic() + 120
+        while _executing(c) < 1 and time.monotonic() < end:
+            time.sleep(0.1)
+        assert _executing(c) == 1, "the block did not start"
+        time.sleep(1.0)
+        t = time.monotonic()
+        running = [k for ks in c.processing().values() for k in ks if "oscillator-eagle-block" in str(k)]
+        c.cancel([Future(k, c) for k in running])
+        while _executing(c) and time.monotonic() - t < 60:
+            time.sleep(0.05)
+        freed = time.monotonic() - t
+        th.join(60)
+        assert not th.is_alive() and isinstance(box.get("error"), RuntimeError), repr(box)
+        assert freed < 4.0, f"the cancelled piece ran on for {freed:.1f} s"
+        small = K.inputs("oscillator", 10_000)
+        out = p.run(**{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in small.items()})
+        same_as_numpy(K.as_dict(eagle.deploy(oscillator), out), K.oscillator_numpy(small))
