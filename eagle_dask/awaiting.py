@@ -30,10 +30,11 @@ def open_client(client, kernel=None):
     status = getattr(client, "status", None)
     if status in CLOSED or (status is not None and getattr(client, "scheduler", True) is None):
         who = f"kernel {kernel!r}: " if kernel else ""
+        name = getattr(client, "id", None) or type(client).__name__
         raise RuntimeError(
-            f"{who}DaskPartition's client {client!r} is {status}: nothing was run. Start a new client (or "
-            "eagle_dask.local_cluster()) and pass structure=DaskPartition.on(new_client), or, for the "
-            "current client, make the new one current (distributed.Client(...) does unless set_as_default=False)")
+            f"{who}DaskPartition's client {name} is {status}: nothing was run. Start a new client (or "
+            "eagle_dask.local_cluster()) and pass structure=DaskPartition.on(new_client), or make the new "
+            "client the current one")
     return client
 
 
