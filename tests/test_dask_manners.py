@@ -170,9 +170,12 @@ def test_the_dashboard_serves_on_loopback(client):
 
 # -- progress by samples -----------------------------------------------------------------------
 def test_the_text_bar_advances_by_samples(client, capsys):
-    n, steps = 16384, 1_200_000        # several seconds a block on one idle thread
+    n = 16384
     p = eplan.plan(oscillator, structure=DaskPartition.on(client, progress=True))
-    p.run(**oscillators(64, 1))
+    quiet = eplan.plan(oscillator, structure=DaskPartition.on(client, progress=False))
+    t = time.monotonic()
+    quiet.run(**oscillators(n, 200_000))
+    steps = int(min(5_000_000, max(200_000, 200_000 * 4.0 / (time.monotonic() - t))))    # a run of ~4 s
     capsys.readouterr()
     t = time.monotonic()
     p.run(**oscillators(n, steps))
