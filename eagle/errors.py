@@ -42,15 +42,40 @@ def with_place(exc: BaseException, plugin_name: str, where: str) -> BaseExceptio
     return new
 
 
+#: numba's detail kept below eagle's line of a typing error: at most this many lines and characters
+DETAIL_LINES = 12
+DETAIL_CHARS = 900
+
+
 def compile_error(plugin_name: str, exc: BaseException, arguments: str, line: int | None) -> TypeError:
-    """A short TypeError for a kernel numba cannot compile for these arguments: the kernel, the
-    user's line, the arguments' types and numba's own first words (its full text is the cause)."""
-    text = [t.strip() for t in str(exc).splitlines() if t.strip()]
-    said = next((t for t in text if not t.startswith(("Failed in", "During:"))), text[0] if text else "")
-    said = re.sub(r"\s+", " ", said)[:300]
+    """A TypeError for a kernel numba cannot compile for these arguments: eagle's line (the kernel,
+    the user's line, the arguments' types and numba's first words), then, indented below it, the
+    rest of numba's own account up to its first ``During:``/``File`` line -- for a missing
+    implementation, the signature it tried and the candidates it rejected -- bounded to
+    ``DETAIL_LINES`` lines and ``DETAIL_CHARS`` characters (numba's full text is the cause)."""
+    text = [t.rstrip() for t in str(exc).splitlines() if t.strip()]
+    first = next((k for k, t in enumerate(text) if not t.strip().startswith(("Failed in", "During:"))), 0)
+    said = re.sub(r"\s+", " ", text[first].strip())[:300] if text else ""
     where = f", line {line}" if line else ""
+    detail = _detail(text[first + 1:])
     new = TypeError(f"kernel {plugin_name!r}{where} cannot be compiled for the arguments given ({arguments}): "
-                    f"numba says: {said}")
+                    f"numba says: {said}" + "".join("\n    " + t for t in detail))
     new.__cause__ = exc
     new.eagle_kernel = plugin_name
     return new
+
+
+def _detail(lines: list[str]) -> list[str]:
+    """numba's lines after its first, up to its first ``During:`` or ``File`` line, bounded."""
+    kept, size = [], 0
+    for t in lines:
+        t = t.strip()
+        if t.startswith(("During:", "File ", "Failed in")):
+            break
+        t = t[:200]
+        if len(kept) == DETAIL_LINES or size + len(t) > DETAIL_CHARS:
+            kept.append("... (numba's whole message is this error's __cause__)")
+            break
+        kept.append(t)
+        size += len(t)
+    return kept

@@ -41,6 +41,7 @@ from eagle.bind import (GATHERED_DTYPE, check_names, check_output, check_plane, 
 from eagle.roles import OUTPUT_KINDS, TABLE
 from eagle.rows import ROW
 
+from . import keys
 from .lazy_params import lazy_param, params_arg
 from .lazy_tables import bind_table, table_key
 from .task import PluginRef, fold_cell, pick_block, pick_rows, run_chunk
@@ -197,9 +198,9 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
                         rows=bool(plugin.cells))
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
     blocks = range(len(sizes))
-    token = tokenize(plugin.key, plan.inner.name, device, sizes, params, fresh,
+    token = "0" + tokenize(plugin.key, plan.inner.name, device, sizes, params, fresh,
                      {k: (v.name if is_dask(v) else v) for k, v in planes.items()})
-    run_name = f"eagle-{plugin.name}-{token}"
+    run_name = keys.name(plugin.name, "block", token)
     layer, ref = {}, PluginRef(plugin)
     inputs, sliced_names, sliced_keys, whole_names, whole_keys = lazy_params, [], [[] for _ in blocks], [], []
     for name, v in planes.items():
@@ -213,16 +214,16 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
                     sliced_keys[b].append(_chunk_key(v, b))
             else:
                 for b in blocks:
-                    key = (f"eagle-{name}-{token}", b)
+                    key = (keys.name(plugin.name, "in", f"{token}-{name}"), b)
                     layer[key] = np.ascontiguousarray(v[starts[b]:starts[b + 1]])
                     sliced_keys[b].append(key)
         else:
             whole_names.append(name)
-            key, v = _whole(v, n, f"eagle-{name}-{token}", layer, name in tables)
+            key, v = _whole(v, n, keys.name(plugin.name, "in", f"{token}-{name}"), layer, name in tables)
             if v is not None:
                 inputs.append(v)
             whole_keys.append(key)
-    rows_name = f"eagle-{plugin.name}-rows-{token}"
+    rows_name = keys.name(plugin.name, "rows", token)
     for b in blocks:
         # the plugin rides in each task (pickled once with the graph): a key of its own would be a
         # dependency the scheduler weighs against the chunks when it places a block
@@ -238,7 +239,7 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
         if name in bound.outputs:
             width = role.width if role.kind == "Out" else (bound.values[name].shape[1]
                                                            if bound.values[name].ndim == 2 else None)
-            out_name = f"{name}-{run_name}"
+            out_name = keys.name(plugin.name, "out", f"{token}-{name}")
             tail = () if width is None else (0,)
             graph = HighLevelGraph.from_collections(
                 out_name, {(out_name, b) + tail: (pick_block, (run_name, b), name) for b in blocks},
@@ -247,7 +248,7 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
             results[name] = da.Array(graph, out_name, chunks=chunks, dtype=np.float64,
                                      meta=np.empty((0,) * len(chunks), dtype=np.float64))
         elif role.kind == "Cell":
-            cell_name = f"{name}-{run_name}"
+            cell_name = keys.name(plugin.name, "cell", f"{token}-{name}")
             graph = HighLevelGraph.from_collections(
                 cell_name, {(cell_name,): (fold_cell, role.op, name, [(rows_name, b) for b in blocks])},
                 dependencies=[runs])

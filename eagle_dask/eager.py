@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 import warnings
 import weakref
 from concurrent.futures import CancelledError
@@ -44,7 +43,8 @@ from eagle.bind import is_array
 from eagle.roles import TABLE
 from eagle.rows import split
 
-from .progress import show_progress
+from . import keys
+from .progress import end_progress, show_progress
 from .ranks import worker_ranks
 from .tables import lost, shared
 from .task import PluginRef, run_block
@@ -125,7 +125,7 @@ class EagerRun:
     # -- setting up ----------------------------------------------------------------------
     def run(self):
         plugin, bound = self.plugin, self.bound
-        client = self.client = self.structure.get_client()
+        client = self.client = self.structure.get_client(self.name)
         self.table = self.structure._ranks_now(client)
         n = bound.n
         parts = split(n, len(self.table), rows=bool(plugin.cells))
@@ -146,13 +146,15 @@ class EagerRun:
             return self.structure._rows(plugin, self.rows_of)
         self.task = run_block
         self.ref = PluginRef(plugin)
-        self.tag = uuid.uuid4().hex[:12]
+        self.tag = keys.new_tag(self.structure._progress_wanted())
         self.whole_f = None
         self.bar = None
         self._resubmitted = []
         self._old_whole = []
         self.failed_gathers = 0
         try:
+            if keys.reports_progress(self.tag):       # before the blocks start: they report as they go
+                self.bar = show_progress(client, self.tag, self.name, n, {b.rank: b.part.count for b in self.blocks})
             self._scatter()
             with warnings.catch_warnings():
                 # the slices ride in the task on purpose (they survive a lost worker): not a graph to slim down
@@ -160,15 +162,13 @@ class EagerRun:
                 for b in self.blocks:
                     self._submit(b, self.table[b.rank].address)
             Held.release_after_submit(client)
-            if self.structure._progress_wanted():
-                self.bar = show_progress([b.future for b in self.blocks])
             self._supervise()
-            if self.bar is not None:        # the bar counts the finished keys: release them after it ends
-                self.bar.join(timeout=10.0)
         except BaseException:
             self._cancel()
             self._release()
+            self._end_bar(False)
             raise
+        self._end_bar(True)
         if HOLD > 0:
             Held.hold(client, self._futures())
         else:
@@ -182,13 +182,14 @@ class EagerRun:
             # every worker holds a replica: a block recomputed on a survivor finds its planes there
             if self.whole_f is not None:
                 self._old_whole.append(self.whole_f)
-            [self.whole_f] = self.client.scatter([self.whole], broadcast=True, hash=False,
-                                                 timeout=self.structure.timeout)
+            key = keys.name(self.name, "planes", f"{self.tag}-{len(self._old_whole)}")
+            [self.whole_f] = self.client.scatter({key: self.whole}, broadcast=True, hash=False,
+                                                 timeout=self.structure.timeout).values()
 
     def _submit(self, b, address):
         p = b.part
         sliced = {k: np.ascontiguousarray(v[p.base:p.stop]) for k, v in self.sliced.items()}
-        key = f"eagle-{self.name}-{self.tag}-rank{b.rank}" + (f"-again{b.attempts}" if b.attempts else "")
+        key = keys.block_key(self.name, self.tag, b.rank, b.attempts)
         b.address, b.whole = address, self.whole_f
         b.future = self.client.submit(self.task, self.ref, self.plan.inner, b.rank, p.base, p.stop, self.bound.n,
                                       sliced, self.whole_f, {**self.params, **self.table_f}, self.fresh,
@@ -253,6 +254,8 @@ class EagerRun:
                     for name, block in out.items():
                         self.bound.values[name][b.part.base:b.part.stop] = block
                     self.rows_of[b.rank] = rows
+                    if self.bar is not None:
+                        self.bar.finished(b.rank)
         for b in others:
             if b.future.status == "error":
                 self._raise_error(b)
@@ -347,12 +350,21 @@ class EagerRun:
         """Cancel every block still running (an error, or ``KeyboardInterrupt``, in the driver)."""
         if self.client.status != "running":
             return
-        left = [b.future for b in self.blocks if b.future is not None and not b.future.done()]
+        left = self.running()
         if left:
             try:
                 self.client.cancel(left)
             except Exception:  # noqa: BLE001 - the client may be closing: nothing left to cancel
                 pass
+
+    def running(self):
+        """The futures of the blocks not done yet."""
+        return [b.future for b in getattr(self, "blocks", ()) if b.future is not None and not b.future.done()]
+
+    def _end_bar(self, complete):
+        if self.bar is not None:
+            end_progress(self.tag, self.bar, complete)
+            self.bar = None
 
     def _futures(self):
         return [f for f in [*(b.future for b in self.blocks), self.whole_f, *self._old_whole] if f is not None]

@@ -12,6 +12,10 @@ Two modes, chosen by the planes of each run:
 * **any plane a dask array** (the lazy mode, ``eagle_dask.arrays``): the run returns dask
   arrays at once, one task per block of the inputs' own chunks, the cells folded by one final
   task in row order.
+
+With an asynchronous client (``Client(asynchronous=True)``, used from its event loop) a
+numpy-mode run returns an awaitable (``await plan.run(...)``, see ``eagle_dask.awaiting``);
+the lazy mode returns dask arrays as always (``await client.compute(...)``).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from eagle.rows import is_count
 from eagle.structure import Structure
 
 from .arrays import bind_lazy, execute_lazy, has_dask, plan_result
+from .awaiting import Pending, in_event_loop, open_client
 from .eager import EagerRun
 from .progress import progress_wanted as _progress_wanted
 from .ranks import worker_ranks
@@ -62,12 +67,13 @@ class _DaskPartition(Structure):
         bound.timeout = _check_timeout(timeout)
         return bound
 
-    def get_client(self):
+    def get_client(self, kernel=None):
+        """The client runs go to: ``on(client)``'s, else the current one; refused when closed."""
         if self.client is not None:
-            return self.client
+            return open_client(self.client, kernel)
         from distributed import default_client
         try:
-            return default_client()
+            return open_client(default_client(), kernel)
         except ValueError:
             raise ValueError("DaskPartition found no Dask client: start one (eagle_dask.local_cluster(), "
                              "eagle_dask.initialize() or distributed.Client(...)) or pass "
@@ -79,7 +85,10 @@ class _DaskPartition(Structure):
 
     # -- the run -----------------------------------------------------------------------
     def result(self, plan, bound, rows):
-        """A lazy run returns dask arrays (``eagle_dask.arrays``); a numpy run, numpy planes."""
+        """A lazy run returns dask arrays (``eagle_dask.arrays``); a numpy run, numpy planes (an
+        awaitable of them with an asynchronous client)."""
+        if isinstance(rows, Pending):
+            return rows.result(lambda r: plan_result(plan, bound, r))
         return plan_result(plan, bound, rows)
 
     def bind(self, plan, planes, device):
@@ -94,7 +103,11 @@ class _DaskPartition(Structure):
         (``eagle_dask.eager``); return the cells' row partials (full rows)."""
         if getattr(bound, "lazy", False):
             return execute_lazy(plan, bound, device)
-        return EagerRun(self, plan, bound, device).run()
+        run = EagerRun(self, plan, bound, device)
+        client = self.get_client(plan.plugin.name)
+        if in_event_loop(client):
+            return Pending(client, run)
+        return run.run()
 
     def _ranks_now(self, client, every=False):
         """The ranks now (``every``: all the cluster's workers), waiting at most ``timeout``

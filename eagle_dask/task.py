@@ -25,7 +25,8 @@ worker unpickles the next task in its event loop while a task compiles.
 A block on the host runs in *pieces* of whole rows, each a ``run_range`` of the inner
 structure, sized to take about ``PIECE_SECONDS``; between pieces the task asks its worker
 whether it is still wanted, and stops when the client cancelled it (``Abandoned``), so an
-interrupted run does not keep the worker's threads busy.  Pieces start on rows and a cell's
+interrupted run does not keep the worker's threads busy; while a piece runs, ``eagle_dask.cancel``
+stops it within a poll as Ctrl-C would.  Pieces start on rows and a cell's
 row partials are the concatenation of the pieces' rows, so the bits are those of one call.
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -42,6 +44,9 @@ from eagle.local import DeviceKernel, HostTeam
 from eagle.plugin import Plugin
 from eagle.roles import OUTPUT_KINDS
 from eagle.rows import ROW, fold
+
+from .cancel import Abandoned, watching
+from .progress import report_piece
 
 #: what recent tasks of this worker received: (kernel, rank, start, stop, worker, {plane: length})
 #: -- a debugging record, read with ``client.run(eagle_dask.task.received)``; lazy blocks are
@@ -98,10 +103,6 @@ def plugin_of(ref, inner=None):
     return plugin
 
 
-class Abandoned(Exception):
-    """The client released this task while it ran (a cancelled or interrupted run)."""
-
-
 def received():
     return list(RECEIVED)
 
@@ -123,18 +124,27 @@ def _worker_address():
     return w.address if w is not None else "?"
 
 
-def still_wanted() -> bool:
-    """Whether the task this thread runs is still wanted by its worker (True outside a worker)."""
+def _this_task():
+    """(worker, key) of the task this thread runs, or None outside a worker's task."""
     w = _worker()
     if w is None:
-        return True
+        return None
     try:
         from distributed.utils import thread_state
-        key = thread_state.key
+        return w, thread_state.key
     except AttributeError:
-        return True
+        return None
+
+
+def _wanted(w, key) -> bool:
     ts = w.state.tasks.get(key)
     return ts is not None and ts.state not in ("cancelled", "released", "forgotten")
+
+
+def still_wanted() -> bool:
+    """Whether the task this thread runs is still wanted by its worker (True outside a worker)."""
+    task = _this_task()
+    return True if task is None else _wanted(*task)
 
 
 def first_piece() -> int:
@@ -145,26 +155,36 @@ def first_piece() -> int:
     return FIRST_PIECE if threads == 1 else max(FIRST_PIECE, 4 * threads * MIN_TILE)
 
 
-def run_pieces(inner, plugin, values, start, stop, po=0, device=None, wanted=still_wanted):
+def run_pieces(inner, plugin, values, start, stop, po=0, device=None, wanted=still_wanted, report=report_piece):
     """``inner.run_range`` over ``[start, stop)``, in pieces of whole rows on the host (see the
     module docstring); returns each cell's row partials for the whole range."""
     count = stop - start
     size = first_piece() if inner is HostTeam else count
     if count <= size:
-        return inner.run_range(plugin, values, start, stop, po=po, device=device)
+        with _piece(inner, wanted):
+            return inner.run_range(plugin, values, start, stop, po=po, device=device)
     parts, a = [], start
     while a < stop:
         b = min(a + size, stop)
         t = time.perf_counter()
-        parts.append(inner.run_range(plugin, values, a, b, po=po, device=device))
+        with _piece(inner, wanted):
+            parts.append(inner.run_range(plugin, values, a, b, po=po, device=device))
         spent = time.perf_counter() - t
         a = b
+        report(a - start)
         if a < stop and not wanted():
             raise Abandoned(f"kernel {plugin.name!r}: the block [{start}, {stop}) was released by the "
                             f"client; stopped at sample {a}")
         grow = 16.0 if spent <= 0 else min(16.0, max(1.0, PIECE_SECONDS / spent))
         size = max(size, int(size * grow) // ROW * ROW)
     return {c: np.concatenate([r[c] for r in parts]) for c in plugin.cells}
+
+
+def _piece(inner, wanted):
+    """A host piece of a worker's task is watched from another thread (``eagle_dask.cancel``):
+    stopped within a poll once its task is no longer wanted."""
+    task = _this_task() if inner is HostTeam and wanted is still_wanted else None
+    return nullcontext() if task is None else watching(lambda: _wanted(*task))
 
 
 def _run(plugin, inner, label, start, stop, n, sliced, whole, params, fresh, device):
