@@ -164,12 +164,29 @@ def run_simd(entry, name, n, threads=None):
         tl.planes_of = saved
 
 
+def in_bigger_buffers(plugin, planes, n):
+    """Every plane (the Outs too) as the first ``n`` samples of a buffer twice as long, the rest
+    NaN (or -1): code that indexes a cut plane at the wrong offset reads and writes there, and
+    gives wrong bits rather than touching memory it does not own."""
+    out = dict(planes)
+    for role, name in plugin.arg_spec:
+        if role.kind in ("In", "Out", "Mutable"):
+            v = planes.get(name)
+            if v is None:
+                shape = (n,) if role.width is None else (n, role.width)
+                v = np.zeros(shape, dtype=role.out_dtype)
+            big = np.full((2 * n + 64,) + v.shape[1:], np.nan if v.dtype.kind in "fc" else -1, dtype=v.dtype)
+            big[:n] = v
+            out[name] = big[:n]
+    return out
+
+
 def run_at_offsets(entry, name, n, threads=None):
     """``run_simd``, each partition given its sliceable planes cut to its samples, ``po`` its first
     sample (the planes of a Dask block or an MPI rank); outputs written through the cuts."""
     p = entry.plugin
     pl = eagle.plan.plan(p, structure=eagle.exec.HostTeam, partitions=parts_of(p, n))
-    bound = pl.bind(inputs_of(name, n))
+    bound = pl.bind(in_bigger_buffers(p, inputs_of(name, n), n))
     got = []
     for q in pl.partitions_for(n):
         cut = {k: v[q.base:q.stop] if k in p.sliceable else v for k, v in bound.values.items()}
