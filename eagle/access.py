@@ -94,6 +94,7 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
             if node is not fdef and isinstance(node, types):
                 refuse(node, f"the body uses {what}, which a kernel does not support: {why}")
     range_params = _range_arguments(fdef, roles, lambda node, msg: f"kernel {kname!r}, {where(node)}: {msg}")
+    _refuse_vector_index_of_plain_out(fdef, roles, refuse)
     uses = {name: PlaneUse() for name, r in roles.items() if r.kind in PLANE_KINDS}
     cells = {name for name, r in roles.items() if r.kind == "Cell"}
     parents = {}
@@ -242,3 +243,18 @@ def _range_arguments(fdef, roles, message) -> set:
                 if isinstance(a, ast.Name) and a.id in roles and roles[a.id].kind == "Param":
                     params.add(a.id)
     return params
+
+
+def _refuse_vector_index_of_plain_out(fdef, roles, refuse):
+    """``y[i, k]`` on a plain ``Out`` (one value per sample, an (n,) plane eagle allocates):
+    refused at deploy, pointing to ``Out[w]``."""
+    for node in ast.walk(fdef):
+        if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+                and isinstance(node.slice, ast.Tuple) and len(node.slice.elts) > 1):
+            continue
+        role = roles.get(node.value.id)
+        if role is not None and role.kind == "Out" and role.width is None:
+            name = node.value.id
+            refuse(node, f"{ast.unparse(node)} indexes Out plane {name!r} as (n, w), but it is declared "
+                         f"Out (one value per sample, an (n,) plane); declare it Out[w] for w values per "
+                         f"sample (e.g. {name}: Out[3])")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .roles import OUTPUT_KINDS
+from .roles import OUTPUT_KINDS, dtype_problem
 
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
 #: the dtype of outputs that cross processes (gathered from ranks or workers)
@@ -84,14 +84,16 @@ def sample_count(kernel: str, n_of: dict) -> int:
 
 def check_plane(plugin, name, v):
     """Refuse a plane whose shape or dtype the body cannot use: (n,) or (n, w) as the body indexes
-    it, holding numbers."""
+    it, holding numbers compiled code reads, and no mask."""
     k = plugin.name
+    if isinstance(v, np.ma.MaskedArray):
+        raise TypeError(f"plane {name!r} of kernel {k!r} is a numpy masked array: compiled code reads its "
+                        f"values and ignores its mask; pass {name}.filled(value) (masked samples set to "
+                        f"value) or {name}.data")
     if v.ndim not in (1, 2):
         raise ValueError(f"plane {name!r} of kernel {k!r} has {v.ndim} dimensions; a plane is (n,) "
                          "or (n, w), samples first")
-    if getattr(v, "dtype", np.dtype(np.float64)).kind not in "biufc":
-        raise TypeError(f"plane {name!r} of kernel {k!r} holds {v.dtype} values: a plane holds numbers "
-                        "(bool, integers, floats or complex)")
+    check_dtype(k, name, v)
     use = plugin.plane_uses.get(name)
     if use is not None and not use.opaque and use.subscripts:
         if 2 in use.subscripts and v.ndim != 2:
@@ -101,6 +103,27 @@ def check_plane(plugin, name, v):
             raise ValueError(f"plane {name!r} of kernel {k!r} is indexed as {name}[i] (one value per "
                              f"sample) and must be (n,), but it has shape {tuple(v.shape)}; pass a 1-D "
                              f"plane, or index it {name}[i, k]")
+
+
+def check_dtype(k, name, v, what="plane"):
+    """Refuse a plane (or a table: ``what``) whose values compiled code cannot read or write (the
+    rule: ``eagle.roles.dtype_problem``), saying which dtype to pass instead."""
+    problem = dtype_problem(getattr(v, "dtype", np.dtype(np.float64)))
+    if problem is not None:
+        why, better = problem
+        todo = f"; pass {name}.astype({better.name!r})" if better is not None else ""
+        raise TypeError(f"{what} {name!r} of kernel {k!r} holds {v.dtype} values{why}{todo}")
+
+
+def as_plane(k, name, v, as_array):
+    """An In plane given as a list (or any sequence) made an array, or a refusal naming it."""
+    try:
+        return as_array(v)
+    except (ValueError, TypeError) as e:
+        what = ("a ragged sequence (its items have different lengths)" if "inhomogeneous" in str(e)
+                else f"a {type(v).__name__} that is not one array of numbers ({type(e).__name__})")
+        raise ValueError(f"In plane {name!r} of kernel {k!r} is {what}: a plane is (n,) or (n, w), every "
+                         "sample the same number of values; pad the rows to one width, or pass an array") from None
 
 
 def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=False) -> Bound:
@@ -129,7 +152,7 @@ def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=
             continue                                    # an Out eagle allocates
         v = planes[name]
         if kind == "In" and not is_array(v):
-            v = as_array(v)
+            v = as_plane(k, name, v, as_array)
         if not is_array(v):
             raise TypeError(f"{kind} plane {name!r} of kernel {k!r} must be an array written in place, "
                             f"not a {type(v).__name__}")
@@ -162,8 +185,7 @@ def table_value(plugin, name, planes: dict, as_array=np.asarray):
     if v.ndim < 1:
         raise ValueError(f"Table {name!r} of kernel {k!r} is 0-d: a table has at least one axis (pass one "
                          "number as a Param)")
-    if getattr(v, "dtype", np.dtype(np.float64)).kind not in "biufc":
-        raise TypeError(f"Table {name!r} of kernel {k!r} holds {v.dtype} values: a table holds numbers")
+    check_dtype(k, name, v, what="Table")
     role = plugin.roles[name]
     if role.dtype is not None and v.dtype != role.dtype:
         raise TypeError(f"Table {name!r} of kernel {k!r} is {v.dtype}, but the kernel declares it "

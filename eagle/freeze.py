@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib.util
 import inspect
 import keyword
 import textwrap
@@ -176,7 +177,52 @@ def freeze_globals(k: Kernel, fdef) -> list:
     helpers that cannot be imported compiled from their source; stateful randomness refused."""
     frozen = _freeze_names(k.name, fdef, k.fn)
     _refuse_stateful(k.name, fdef, frozen, lambda n: f"line {k.first_line + n.lineno - 1}")
+    _refuse_linear_algebra_without_scipy(k.name, fdef, frozen, lambda n: f"line {k.first_line + n.lineno - 1}")
     return frozen
+
+
+#: what numba compiles with scipy's BLAS and LAPACK (numba.np.linalg): numpy.linalg, dot, vdot and @
+NEEDS_SCIPY = ("numpy.linalg", "numpy.dot", "numpy.vdot")
+
+
+def _needs_scipy(name: str | None) -> bool:
+    return bool(name) and any(name == m or name.startswith(m + ".") for m in NEEDS_SCIPY)
+
+
+def _dotted(node, modules):
+    """``np.linalg.inv`` as ``numpy.linalg.inv`` when its root is a module the body imports."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name) and node.id in modules:
+        return ".".join([modules[node.id], *reversed(parts)])
+    return None
+
+
+def _refuse_linear_algebra_without_scipy(kname, fdef, frozen, where):
+    """Refuse at deploy, naming the call, numpy's linear algebra in ``fdef`` (the kernel or a
+    helper compiled with it) when scipy, whose BLAS and LAPACK numba compiles it with, is not
+    installed; with scipy it compiles."""
+    if importlib.util.find_spec("scipy") is not None:
+        return
+    modules = {g["name"]: g["module"] for g in frozen if g["kind"] == "module"}
+    direct = {g["name"]: f"{g['module']}.{g['attr']}" for g in frozen if g["kind"] == "import"}
+    for node in ast.walk(fdef):
+        what = None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+            what = "the @ operator (numpy.matmul)"
+        elif isinstance(node, ast.Name) and _needs_scipy(direct.get(node.id)):
+            what = direct[node.id]
+        elif isinstance(node, ast.Attribute) and _needs_scipy(_dotted(node, modules)):
+            what = _dotted(node, modules)
+        if what is not None:
+            raise ValueError(f"kernel {kname!r}, {where(node)}: uses {what}, which numba compiles with "
+                             "scipy's BLAS and LAPACK, and scipy is not installed: pip install scipy")
+    for g in frozen:
+        if g["kind"] == "function":
+            helper = ast.parse(g["source"]).body[0]
+            _refuse_linear_algebra_without_scipy(kname, helper, g["frozen"], lambda n, h=g["name"]: f"helper {h!r}")
 
 
 # -- frozen entries read back as data (from a manifest that may have been edited) ----------------

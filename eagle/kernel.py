@@ -9,7 +9,9 @@ import ast
 import inspect
 import textwrap
 
-from .roles import Role
+import numpy as np
+
+from .roles import Role, dtype_problem
 
 
 def _pickler():
@@ -82,12 +84,23 @@ def signature_roles(fn, name):
                             "(In, Out, Mutable, Param or Cell[op])")
         if role.kind == "Cell" and role.op is None:
             raise TypeError(f"kernel {name!r}: cell {p.name!r} needs its reduction, e.g. Cell['sum']")
+        check_declared_dtype(name, p.name, role)
         if p.default is not p.empty:
             if role.kind != "Param":
                 raise TypeError(f"kernel {name!r}: only a Param may have a default ({p.name!r} is {role!r})")
             defaults[p.name] = p.default
         spec.append((role, p.name))
     return idx, tuple(spec), defaults
+
+
+def check_declared_dtype(kname, pname, role):
+    """Refuse ``Out[dtype]`` where a plane cannot hold that dtype (``roles.dtype_problem``), here
+    where the kernel is written rather than at its first run."""
+    problem = None if role.kind != "Out" or role.dtype is None else dtype_problem(role.dtype)
+    if problem is not None:
+        why, better = problem
+        instead = Role("Out", width=role.width, dtype=better if better is not None else np.dtype(np.float64))
+        raise TypeError(f"kernel {kname!r}: output {pname!r} is declared {role!r}{why}; declare it {instead!r}")
 
 
 class Kernel:

@@ -65,7 +65,7 @@ class Role:
         if self.width is not None:
             parts.append(str(self.width))
         if self.dtype is not None:
-            parts.append(repr(self.dtype.name))
+            parts.append(repr(str(self.dtype)))      # the name, or ">f8" for a byte order
         return f"{self.kind}[{', '.join(parts)}]" if parts else self.kind
 
     def __eq__(self, other):
@@ -105,3 +105,27 @@ PLANE_KINDS = ("In", "Out", "Mutable")
 OUTPUT_KINDS = ("Out", "Mutable")
 #: a read-only array shared by every sample: indexed freely, bounds-checked, never cut by samples
 TABLE = "Table"
+
+#: the dtypes compiled code reads and writes in a plane (in the machine's byte order)
+PLANE_DTYPES = tuple(np.dtype(t) for t in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float32", "float64", "complex64", "complex128"))
+_WIDER = {"f": ("float32", "float64"), "c": ("complex128", "complex128")}
+
+
+def dtype_problem(dtype):
+    """Why a plane cannot hold ``dtype`` values, as ``(why, better)`` (``better``: the dtype to
+    use instead, or None), or None when it can.  The one rule for the planes a run is given
+    (``eagle.bind.check_plane``) and for ``Out[dtype]`` declarations (``eagle.kernel``)."""
+    dt = np.dtype(dtype)
+    if dt.kind not in "biufc":
+        return ": a plane holds numbers (bool, integers, floats or complex)", None
+    native = dt.newbyteorder("=")
+    if native not in PLANE_DTYPES:            # float16, long double, complex256
+        small, large = _WIDER[dt.kind]
+        better = np.dtype(small if native.itemsize < np.dtype(small).itemsize else large)
+        return ", which compiled code does not support", better
+    if not dt.isnative:
+        order = "big" if dt.byteorder == ">" else "little"
+        return f" ({order}-endian): compiled code reads the machine's byte order", native
+    return None

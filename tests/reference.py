@@ -106,3 +106,35 @@ def cell(op, values):
 def fold_values(op, values):
     """Plain values (one per rank, say) folded in order, as ``(value, 0)`` partials."""
     return fold_partials(op, [(v, 0.0) for v in values])
+
+
+# -- a kernel run in Python ------------------------------------------------------------------------
+def per_sample(kernel, planes):
+    """``kernel`` run by a plain loop over its samples in Python: its body called as a function for
+    ``i = 0, 1, ...``, in sample order, with none of eagle's generated code, bounds checks, tiles
+    or folds.  Returns ``(outputs, contributions)``: every ``Out`` and ``Mutable`` plane (an ``Out``
+    not given allocated as zeros of its declared dtype, a ``Mutable`` copied first) and, for each
+    cell, ``(op, [the samples' contributions])`` (a sample that writes none gives the identity)."""
+    import numpy as np
+    counts = {len(planes[name]) for role, name in kernel.arg_spec
+              if role.kind in ("In", "Out", "Mutable") and name in planes}
+    assert len(counts) == 1, counts
+    n = counts.pop()
+    args, outputs, cells = [], {}, {}
+    for role, name in kernel.arg_spec:
+        if role.kind == "Param":
+            v = planes[name] if name in planes else kernel.defaults[name]
+        elif role.kind == "In":
+            v = np.asarray(planes[name])
+        elif role.kind == "Cell":
+            v = cells[name] = np.full(n, IDENTITY[role.op])
+        elif name in planes:
+            v = outputs[name] = np.array(planes[name], copy=True)
+        else:
+            shape = (n,) if role.width is None else (n, role.width)
+            v = outputs[name] = np.zeros(shape, dtype=role.out_dtype)
+        args.append(v)
+    for i in range(n):
+        kernel.fn(i, *args)
+    ops = {name: role.op for role, name in kernel.arg_spec if role.kind == "Cell"}
+    return outputs, {name: (ops[name], [float(c) for c in v]) for name, v in cells.items()}

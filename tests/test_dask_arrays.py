@@ -11,6 +11,7 @@ the fault test starts its own.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import threading
@@ -35,6 +36,7 @@ from eagle.rows import ROW  # noqa: E402
 from eagle_dask import DaskPartition, task  # noqa: E402
 from eagle_dask.arrays import block_sizes  # noqa: E402
 from tests import kernels as K  # noqa: E402
+from tests.reference import ROW as REFERENCE_ROW  # noqa: E402
 from tests.launch import beyond_loopback, listeners, local_client, process_tree  # noqa: E402
 
 WORKERS = 2
@@ -69,6 +71,19 @@ def lazy_plan(plugin, **kw):
 CHUNKINGS = {"one chunk": 301, "regular": 100, "irregular": (50, 200, 51), "tiny": 7}
 
 
+def expected_blocks(n, chunkings, rows):
+    """The blocks a lazy run of ``n`` samples cuts, by the rule written out here (not taken from
+    ``eagle_dask``): a cut at every chunk boundary of every dask plane, each rounded down to a row
+    of 32 for a kernel with cells; no empty block; one block of 0 samples when ``n == 0``."""
+    cuts = {0, n}
+    for chunks in chunkings:
+        cuts.update(itertools.accumulate(int(c) for c in chunks))
+    if rows:
+        cuts = {c - c % REFERENCE_ROW for c in cuts if c < n} | {n}
+    edges = sorted(cuts)
+    return tuple(b - a for a, b in zip(edges, edges[1:]) if b > a) or (0,)
+
+
 @pytest.mark.parametrize("name", K.GATHERABLE)
 def test_same_bits_as_one_process_at_any_chunking(client, name):
     """Regular, irregular and tiny chunks (none a multiple of 32): the planes and the cells of
@@ -80,8 +95,8 @@ def test_same_bits_as_one_process_at_any_chunking(client, name):
     for label, chunks in CHUNKINGS.items():
         planes = as_dask(K.inputs(name, n), chunks)
         out = K.as_dict(plugin, p.run(**planes))
-        sizes = block_sizes(n, [v.chunks[0] for v in planes.values() if isinstance(v, da.Array)],
-                            rows=bool(plugin.cells))
+        sizes = expected_blocks(n, [v.chunks[0] for v in planes.values() if isinstance(v, da.Array)],
+                                rows=bool(plugin.cells))
         for o, v in out.items():
             assert isinstance(v, da.Array) and v.dtype == np.float64, (o, type(v))
             if o in plugin.cells:
@@ -281,9 +296,18 @@ def test_no_listener_beyond_loopback(client):
     assert beyond_loopback(found) == []
 
 
+def started_blocks(c, name, workers=None):
+    """Labels of the blocks of kernel ``name`` that ``workers`` (all by default) started, in the
+    order each worker started them."""
+    answers = c.run(task.received, workers=workers, on_error="return")
+    return [rec[1] for recs in answers.values() if not isinstance(recs, BaseException)
+            for rec in recs if rec[0] == name]
+
+
 def test_worker_killed_mid_compute_gives_same_bits():
-    """A worker killed while it computes blocks: dask recomputes them (and their lost chunks) from
-    the graph's lineage on the survivor, with the same bits."""
+    """A worker killed while it computes a block of this compute (checked: it started one, and
+    holds tasks of this compute's graph): dask recomputes what it had (and the lost chunks) from
+    the graph's lineage, every block it had started runs again elsewhere, with the same bits."""
     import psutil
     plugin = eagle.deploy(oscillator)
     n, chunk, steps = 8192, 1024, 10_000_000          # seconds of work per worker, vectorised or not
@@ -295,15 +319,24 @@ def test_worker_killed_mid_compute_gives_same_bits():
         planes = dict(omega=da.from_array(np.linspace(0.5, 2.0, n), chunks=chunk), dt=1e-3, x=da.ones(n, chunks=chunk),
                       v=da.zeros(n, chunks=chunk))
         c.compute(p.run(**planes, steps=1)["energy"]).result()          # compile on both workers
+        c.run(task.clear_received)
         out = p.run(**planes, steps=steps)
+        ours = {str(k) for arr in (out["x"], out["v"], out["energy"]) for k in arr.__dask_graph__().keys()}
         futures = c.compute([out["x"], out["v"], out["energy"]])
-        end = time.monotonic() + 60
-        while not any(c.processing().values()) and time.monotonic() < end:
+        end, victim, running = time.monotonic() + 60, None, None
+        while victim is None and time.monotonic() < end:
+            for addr, keys in c.processing().items():
+                started = started_blocks(c, plugin.name, [addr]) if keys else []
+                if started:           # a block takes seconds: the one it started last is running
+                    victim, running = addr, started[-1]
+                    assert {str(k) for k in keys} & ours, "the worker processes none of this compute's tasks"
+                    break
             time.sleep(0.02)
-        time.sleep(0.3)
-        victim = next(a for a, keys in c.processing().items() if keys)
+        assert victim is not None, "no worker started a block of this compute within 60 s"
         psutil.Process(c.run(os.getpid, workers=[victim])[victim]).kill()
         x, v, e = c.gather(futures)
+        assert running in started_blocks(c, plugin.name), (f"{running} of the killed worker was not run again",
+                                                           started_blocks(c, plugin.name))
     assert K.same_bits(ref, {"x": x, "v": v, "energy": e})
 
 

@@ -24,6 +24,8 @@ import eagle.exec as eexec
 from eagle import Cell, Out, Param
 from eagle import plan as eplan
 from eagle import random as erandom
+from eagle.host import HostEntry
+from tests.reference import cell, per_sample, row_partials
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 M32 = 0xFFFFFFFF
@@ -354,17 +356,16 @@ def test_kernel_same_bits_at_every_split(team, seed):
     plugin = eagle.deploy(draws)
     for n in (0, 1, 31, 33, 1001):
         d_ref, contributions = reference(seed, n)
-        one = None
+        total = np.float64(cell("sum", contributions))          # tests.reference's fold, not eagle's
         for threads in (1, 2, 3):
             team(threads)
             for parts in (1, 2, 3, 7):
                 out = eplan.plan(plugin, structure=eexec.HostTeam, npartitions=parts).run(
                     d=np.zeros((n, 4)), seed=seed)
                 assert np.array_equal(bits(out["d"]), bits(d_ref)), (n, threads, parts)
-                one = out["total"] if one is None else one
-                assert bits(out["total"]) == bits(one), (n, threads, parts)
+                assert bits(out["total"]) == bits(total), (n, threads, parts)
         exact = math.fsum(contributions)
-        assert abs(one - exact) <= 2 * math.ulp(exact) + 1e-300
+        assert abs(total - exact) <= 2 * math.ulp(exact) + 1e-300
 
 
 def test_a_python_int_seed_up_to_2_64_is_a_param(team):
@@ -404,18 +405,39 @@ def test_gbm_call_against_black_scholes(team):
     se = p.std(ddof=1) / math.sqrt(n)
     exact = black_scholes(GBM["s0"], GBM["strike"], GBM["r"], GBM["sigma"], GBM["t"])
     assert abs(out["total"] / n - exact) < 4 * se, (out["total"] / n, exact, se)
+    assert bits(out["total"]) == bits(np.float64(cell("sum", p)))   # the payoffs folded by tests.reference
     team(2)
     again = eplan.plan(eagle.deploy(gbm_call), structure=eexec.HostTeam, npartitions=3).run(
         payoff=np.zeros(n), seed=1, **GBM)
     assert np.array_equal(bits(again["payoff"]), bits(p)) and bits(again["total"]) == bits(out["total"])
 
 
-def test_kernels_drawing_from_eagle_random_keep_lanes():
-    """Draws are pure functions of (seed, i, k), so these kernels run in lanes -- and the tests
-    above compare the laned runs with a plain loop over samples."""
-    for k in (draws, uniforms, gbm_call):
-        plugin = eagle.deploy(k)
-        assert plugin.host_lanes > 1, plugin.host_lanes_reason
+DRAWING = {
+    "draws": (draws, lambda n: {"seed": 2024, "d": np.zeros((n, 4))}),
+    "uniforms": (uniforms, lambda n: {"seed": 9, "m": 7, "u": np.zeros(n)}),
+    "gbm_call": (gbm_call, lambda n: {"seed": 1, "payoff": np.zeros(n), **GBM}),
+}
+
+
+@pytest.mark.parametrize("name", list(DRAWING))
+def test_kernels_drawing_from_eagle_random_vectorise(name):
+    """Draws are pure functions of (seed, i, k), so these kernels take the vectorised host loop;
+    the vectorised, the laned and the one-at-a-time loops (each asked for, and checked to be the
+    one that ran) each give the bits of the kernel run in Python, cells' row partials included."""
+    kernel, planes = DRAWING[name]
+    plugin = eagle.deploy(kernel)
+    assert plugin.host_path == "simd", plugin.host_simd_reason
+    n = 203
+    want, contributions = per_sample(kernel, planes(n))
+    for entry, path in ((HostEntry(plugin), "simd"), (HostEntry(plugin, simd=False), "lanes"),
+                        (HostEntry(plugin, lanes=1), "one")):
+        bound = eagle.bind.bind(plugin, planes(n))
+        rows = entry.run(bound.values, 0, n, threads=1)
+        assert entry.path == path, (name, path, entry.simd_reason, entry.lanes_reason)
+        for o, v in want.items():
+            assert np.array_equal(bits(bound.values[o]), bits(v)), (name, path, o)
+        for c, (op, values) in contributions.items():
+            assert np.array_equal(bits(rows[c]), bits(np.array(row_partials(op, values)))), (name, path, c)
 
 
 # -- Dask workers, MPI ranks, the CUDA simulator --------------------------------------------------

@@ -1,6 +1,11 @@
 """Host SIMD (eagle.simd): the vectorised host loop gives the bits of one sample at a time.
 
-The reference is ``HostEntry(plugin, lanes=1)``.  Every kernel of the core suite, the lane
+The reference is independent of eagle's engines: the kernel's body run in Python for one sample
+after the other (``tests.reference.per_sample``), its cells folded by ``tests.reference`` (row
+partials in sample order, rows in row order); only ``fused`` (``fma=True``, where the compiler
+chooses what to contract) is compared with ``HostEntry(plugin, lanes=1)``.  Every partition runs
+twice: with whole planes, and with its planes cut at its first sample (``po`` = that sample, as
+a Dask block or an MPI rank has them).  Every kernel of the core suite, the lane
 suite's kernels (tests/test_lanes.py: per-sample while loops, nested if/else, break/continue,
 integer arithmetic, vector planes, cells, fma=True) and the kernels below (a Newton loop, a
 reassigned Param carried across loops, an int accumulator that is a float at its loop's head,
@@ -26,6 +31,7 @@ from eagle import random as erandom
 from eagle.host import HostEntry
 from eagle.simd import ENV, Options, host_has_avx512
 from tests.kernels import CASES, as_dict, same_bits
+from tests.reference import cell, per_sample, row_partials
 from tests.test_lanes import EXTRA, parts_of, planes_of, run_with
 
 
@@ -160,31 +166,85 @@ def run_simd(entry, name, n, threads=None):
         tl.planes_of = saved
 
 
+def in_bigger_buffers(plugin, planes, n):
+    """Every plane (the Outs too) as the first ``n`` samples of a buffer twice as long, the rest
+    NaN (or -1): code that indexes a cut plane at the wrong offset reads and writes there, and
+    gives wrong bits rather than touching memory it does not own."""
+    out = dict(planes)
+    for role, name in plugin.arg_spec:
+        if role.kind in ("In", "Out", "Mutable"):
+            v = planes.get(name)
+            if v is None:
+                shape = (n,) if role.width is None else (n, role.width)
+                v = np.zeros(shape, dtype=role.out_dtype)
+            big = np.full((2 * n + 64,) + v.shape[1:], np.nan if v.dtype.kind in "fc" else -1, dtype=v.dtype)
+            big[:n] = v
+            out[name] = big[:n]
+    return out
+
+
+def run_at_offsets(entry, name, n, threads=None):
+    """``run_simd``, each partition given its sliceable planes cut to its samples, ``po`` its first
+    sample (the planes of a Dask block or an MPI rank); outputs written through the cuts."""
+    p = entry.plugin
+    pl = eagle.plan.plan(p, structure=eagle.exec.HostTeam, partitions=parts_of(p, n))
+    bound = pl.bind(in_bigger_buffers(p, inputs_of(name, n), n))
+    got = []
+    for q in pl.partitions_for(n):
+        cut = {k: v[q.base:q.stop] if k in p.sliceable else v for k, v in bound.values.items()}
+        got.append(entry.run(cut, q.base, q.stop, po=q.base, threads=threads))
+    rows = {c: np.concatenate([g[c] for g in got]) for c in p.cells}
+    return as_dict(p, pl.result(bound, rows)), rows
+
+
+def oracle(name, n):
+    """The kernel run in Python, one sample after the other, its cells folded by tests.reference:
+    (outputs and cells by name, each cell's row partials as a (rows, 2) array)."""
+    outputs, contributions = per_sample(kernel_of(name), inputs_of(name, n))
+    rows = {c: np.array(row_partials(op, v), dtype=np.float64).reshape(-1, 2) for c, (op, v) in contributions.items()}
+    cells = {c: np.float64(cell(op, v)) for c, (op, v) in contributions.items()}
+    return {**outputs, **cells}, rows
+
+
 _REF = {}
 
 
 def reference(name, n):
     if (name, n) not in _REF:
-        _REF[name, n] = run_simd(HostEntry(eagle.deploy(kernel_of(name)), lanes=1), name, n)
+        if name == "fused":     # fma=True: the contractions are the compiler's choice, one at a time too
+            _REF[name, n] = run_simd(HostEntry(eagle.deploy(kernel_of(name)), lanes=1), name, n)
+        else:
+            _REF[name, n] = oracle(name, n)
     return _REF[name, n]
 
 
 def check(entry, name, n, threads=None):
-    got, got_rows = run_simd(entry, name, n, threads)
     ref, ref_rows = reference(name, n)
-    assert entry.path == "simd", entry.simd_reason
-    assert same_bits(got, ref), name
-    assert same_bits(got_rows, ref_rows), name
+    for run in (run_simd, run_at_offsets):
+        got, got_rows = run(entry, name, n, threads)
+        assert entry.path == "simd", entry.simd_reason
+        assert same_bits(got, ref), (name, run.__name__)
+        assert same_bits(got_rows, ref_rows), (name, run.__name__)
 
 
 @pytest.mark.parametrize("name", SIMD)
-@pytest.mark.parametrize("n", [203, 5, 0])
+@pytest.mark.parametrize("n", [203, 5, 1])
 def test_simd_bits_equal_one_at_a_time(name, n):
+    """203 samples, and 5 and 1: a tile shorter than one vector."""
     p = eagle.deploy(kernel_of(name))
     entry = eagle.host.host_entry(p)
     assert entry.path == "simd" and entry.simd_reason is None, entry.simd_reason
     assert p.host_lanes == entry.lanes > 1 and p.host_lanes_reason is None
     check(entry, name, n)
+
+
+@pytest.mark.parametrize("name", ["oscillator", "reductions", "cell_loops", "vectors", "carried"])
+def test_no_samples(name):
+    """No sample: empty planes of the declared dtypes and shapes, cells the identity of their op
+    (sum 0, times 1, max -inf, min inf, land 1), as the Python run gives them."""
+    p = eagle.deploy(kernel_of(name))
+    got = eagle.plan.plan(p, structure=eagle.exec.HostTeam, npartitions=2).run(**inputs_of(name, 0))
+    assert same_bits(as_dict(p, got), oracle(name, 0)[0])
 
 
 OPTIONS = [Options(32, 256, 1), Options(64, 512, 3), Options(512, 256, 4), Options(256, 512, 8)]
@@ -222,22 +282,26 @@ def test_unaligned_views():
 # --- the vector path is really taken ------------------------------------------------------------
 
 def simd_asm(entry, name):
-    """Machine code of the entry's ``_eagle_simd``, compiled afresh for one tile of the planes."""
+    """Machine code of the entry's ``_eagle_simd`` as a run uses it: the kernel run first, then the
+    one specialisation that run compiled (its state slots typed as the body types them: Newton's
+    counter int64) compiled afresh with the same options (the disk cache keeps no assembly)."""
     import numba
     from eagle.codegen import jit_options
-    p = entry.plugin
-    fn = entry.module._eagle_simd.py_func
-    params = fn.__code__.co_varnames[:fn.__code__.co_argcount]
-    T = entry.lanes
-    bound = eagle.bind.bind(p, inputs_of(name, T))
-    args = [np.zeros(T) if a in p.cells else bound.values[a] for _, a in p.arg_spec]
-    fixed = [0, T, *args, eagle.bounds.new_record()[0], 0, 0]
-    state = [np.zeros(T, np.int64) if s.endswith("__eagle_f") else np.zeros(T) for s in params[len(fixed):]]
-    opts = eval(f"dict({jit_options(p)})")
+    run_simd(entry, name, 2 * entry.lanes + 3)
+    assert entry.path == "simd", entry.simd_reason
+    opts = eval(f"dict({jit_options(entry.plugin)})")
     opts["cache"] = False
-    jf = numba.njit(**opts)(fn)
-    jf(*fixed, *state)
-    return jf.inspect_asm(jf.signatures[0])
+    tile = entry.module._eagle_tile
+    assert len(tile.signatures) == 1, tile.signatures
+    # the tile typed again for the run's arguments: what it passes _eagle_simd (a tile loaded from
+    # the disk cache leaves the dispatcher of _eagle_simd without it)
+    numba.njit(**opts)(tile.py_func).compile(tile.signatures[0])
+    ran = entry.module._eagle_simd
+    assert len(ran.signatures) == 1, ran.signatures
+    sig = ran.signatures[0]
+    jf = numba.njit(**opts)(ran.py_func)
+    jf.compile(sig)
+    return jf.inspect_asm(sig)
 
 
 PACKED = ("vmulpd", "vaddpd", "vsubpd", "vdivpd")
@@ -253,6 +317,10 @@ def packed_registers(asm):
 def test_packed_arithmetic_and_no_contraction(name):
     entry = eagle.host.host_entry(eagle.deploy(kernel_of(name)))
     asm = simd_asm(entry, name)
+    if name == "newton":                     # the specialisation that runs: its counter's slot is int64
+        ran = entry.module._eagle_simd
+        slots = dict(zip(ran.py_func.__code__.co_varnames, ran.signatures[0]))
+        assert str(slots["c__eagle_t"].dtype) == "int64", slots
     packed = packed_registers(asm)
     assert packed, f"{name}: no packed arithmetic on ymm/zmm registers"
     if host_has_avx512() and name == "oscillator":
@@ -404,8 +472,6 @@ def test_draws_vectorise_and_the_module_caches(recwarn):
     bound = eagle.bind.bind(p, {"seed": 7, "steps": 9, "y": y})
     entry.run(bound.values, 0, 333, threads=1)
     assert entry.path == "simd", entry.simd_reason
-    ref = np.zeros(333)
-    bound = eagle.bind.bind(p, {"seed": 7, "steps": 9, "y": ref})
-    HostEntry(p, lanes=1).run(bound.values, 0, 333, threads=1)
-    assert same_bits(y, ref)
+    ref, _ = per_sample(walk, {"seed": 7, "steps": 9, "y": np.zeros(333)})
+    assert same_bits(y, ref["y"])
     assert not [w for w in recwarn.list if "Cannot cache" in str(w.message)]

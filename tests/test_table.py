@@ -118,6 +118,17 @@ def test_table_refusals_at_bind_name_the_table():
     assert same(got, np.arange(3.0) * 5)
 
 
+@pytest.mark.parametrize("dtype,advice", [("float16", "float32"), (">f8", "float64"), ("U3", None)])
+def test_table_dtype_compiled_code_cannot_read_refused(dtype, advice, no_launch):
+    """The plane dtype rule (eagle.roles.dtype_problem) holds for tables too, named as a Table."""
+    p = eplan.plan(lookup, structure=eexec.HostTeam)
+    t = np.zeros(8, dtype=dtype)
+    with pytest.raises(TypeError, match=rf"Table 't' of kernel 'lookup' holds") as e:
+        p.run(k=np.zeros(4, dtype=np.int64), t=t, shift=0)
+    if advice:
+        assert f"astype({advice!r})" in str(e.value)
+
+
 def test_table_is_not_a_sample_count_and_is_never_written():
     a, _ = data(50)
     xs, ys = a["xs"].copy(), a["ys"].copy()
