@@ -120,7 +120,7 @@ def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **k
     env = _env(kwargs.pop("env", None))
     env.setdefault("EAGLE_NUM_THREADS", str(threads))
     sec = tls.resolve(security, "local_cluster")
-    kwargs["security"] = sec if sec is not None else False
+    kwargs["security"] = sec          # None: distributed's default, plain TCP
     kwargs.setdefault("host", LOOPBACK)
     kwargs.setdefault("dashboard_address", f"{LOOPBACK}:0")
     if cuda_workers_available():

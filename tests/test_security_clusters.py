@@ -39,7 +39,8 @@ REFUSED_WITHIN_S = 10
 
 
 def intrude(tmp_path, ports, modes, credentials=None, name="intruder"):
-    """Run the intruder against ``ports``; returns (its attempts, the marker files that appeared)."""
+    """Run the intruder against ``ports``; returns (its attempts, the marker files that appeared, the
+    ports that answered HTTP)."""
     markers = tmp_path / f"{name}-markers"
     markers.mkdir()
     spec = tmp_path / f"{name}.json"
@@ -51,11 +52,14 @@ def intrude(tmp_path, ports, modes, credentials=None, name="intruder"):
                           cwd=str(tmp_path), env=env)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert len(line) == 1, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return json.loads(line[0][len("RESULT "):]), sorted(os.listdir(markers))
+    res = json.loads(line[0][len("RESULT "):])
+    return res["attempts"], sorted(os.listdir(markers)), res["http"]
 
 
-def assert_all_refused(attempts, markers, ports, modes):
-    assert len(attempts) == 2 * len(ports) * len(modes), attempts
+def assert_all_refused(attempts, markers, ports, modes, http, dask_ports):
+    """Every try on every port that is not HTTP failed in time, and at least ``dask_ports`` were tried."""
+    assert len(ports) - len(http) >= dask_ports, (ports, http)
+    assert len(attempts) == 2 * (len(ports) - len(http)) * len(modes), attempts
     got_in = [a for a in attempts if a["ok"]]
     assert got_in == [], f"an intruder got in: {got_in}"
     slow = [a for a in attempts if a["seconds"] > REFUSED_WITHIN_S]
@@ -92,8 +96,8 @@ def test_local_cluster_refuses_intruders_and_serves_its_client(tmp_path):
         ports = ports_of(process_tree(os.getpid()))
         assert scheduler_port(client.scheduler.address) in ports
         assert len(ports) >= 5                        # scheduler, dashboard, two nannies, two workers
-        attempts, markers = intrude(tmp_path, ports, HOSTILE)
-        assert_all_refused(attempts, markers, ports, HOSTILE)
+        attempts, markers, http = intrude(tmp_path, ports, HOSTILE)
+        assert_all_refused(attempts, markers, ports, HOSTILE, http, dask_ports=5)   # scheduler, 2 nannies, 2 workers
         assert len(client.run(os.getpid)) == 2        # the cluster still serves its own client
     finally:
         client.close()
@@ -106,7 +110,7 @@ def test_local_cluster_security_false_is_plain_tcp_open_to_anyone(tmp_path):
         client.wait_for_workers(1, timeout=120)
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         assert same_bits_on(client)
-        attempts, markers = intrude(tmp_path, {scheduler_port(client.scheduler.address)}, ["tcp"])
+        attempts, markers, _ = intrude(tmp_path, {scheduler_port(client.scheduler.address)}, ["tcp"])
         assert [a["how"] for a in attempts if a["ok"]] == ["client", "raw"]
         assert set(markers) >= {f"ran-tcp-{scheduler_port(client.scheduler.address)[1]}-client-{w}"
                                 for w in ("run", "submit", "scheduler")}
@@ -237,13 +241,13 @@ def test_initialize_under_mpi_refuses_intruders(tmp_path):
         assert ready["scheduler"].startswith("tls://127.0.0.1:")
         ports = ports_of(process_tree(proc.pid))
         assert scheduler_port(ready["scheduler"]) in ports
-        attempts, markers = intrude(tmp_path, ports, HOSTILE)
+        attempts, markers, http = intrude(tmp_path, ports, HOSTILE)
         go.write_text("")
         res = _wait_for(q, "RESULT ", seen, timeout=120)
         assert proc.wait(timeout=120) == 0, "".join(seen[-80:])
     finally:
         _stop(proc)
-    assert_all_refused(attempts, markers, ports, HOSTILE)
+    assert_all_refused(attempts, markers, ports, HOSTILE, http, dask_ports=3)   # scheduler, 2 workers
     assert res["same"] is True
     assert len(res["workers"]) == 2
 
@@ -272,14 +276,15 @@ def test_cluster_command_refuses_intruders_and_connect_gets_in(tmp_path):
             assert [w.name for w in eagle_dask.DaskPartition.on(client).ranks().values()] == [1, 2]
             assert same_bits_on(client)
             ports = ports_of(process_tree(proc.pid)) | {scheduler_port(address)}
-            attempts, markers = intrude(tmp_path, ports, HOSTILE)
-            assert_all_refused(attempts, markers, ports, HOSTILE)
+            attempts, markers, http = intrude(tmp_path, ports, HOSTILE)
+            assert_all_refused(attempts, markers, ports, HOSTILE, http, dask_ports=3)
             t = time.monotonic()
             with pytest.raises(Exception):
                 Client(scheduler_file=str(sched), timeout=5)            # without credentials
             assert time.monotonic() - t < REFUSED_WITHIN_S
             # the control: the same intruder with the credentials file runs its code
-            attempts, markers = intrude(tmp_path, {scheduler_port(address)}, ["credentials"], str(creds), "control")
+            attempts, markers, _ = intrude(tmp_path, {scheduler_port(address)}, ["credentials"], str(creds),
+                                           "control")
             assert [a["how"] for a in attempts if a["ok"]] == ["client", "raw"], attempts
             assert len(markers) == 2 + 1 + 1 + 1      # run on both workers, submit, scheduler, raw
             client.shutdown()

@@ -15,19 +15,23 @@ Modes:
   stands between it and the cluster);
 * ``credentials`` -- the client credentials file of ``eagle-dask cluster`` (the control: it must get in).
 
-Prints one line ``RESULT <json>``: a list of {port, mode, how, ok, error, seconds}.
+A port that answers an HTTP request (the dashboard, a worker's metrics page: read-only HTTP, see
+docs/security.md) is listed under ``http`` and not attacked.  Ports are tried in parallel.
+Prints one line ``RESULT <json>``: {"attempts": [{port, mode, how, ok, error, seconds}], "http": [ports]}.
 """
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
+import socket
 import ssl
 import sys
 import threading
 import time
 
-ATTEMPT_S = 8
+ATTEMPT_S = 4
 
 
 def touch(path):
@@ -118,21 +122,42 @@ def bounded(fn, *args):
     return box.get("error")
 
 
+def is_http(host, port):
+    """Whether the port answers a plain HTTP request like an HTTP server."""
+    try:
+        with socket.create_connection((host, port), timeout=ATTEMPT_S) as s:
+            s.settimeout(ATTEMPT_S)
+            s.sendall(b"GET /health HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            return s.recv(5) == b"HTTP/"
+    except OSError:
+        return False
+
+
+def attack(host, port, modes, credentials, marker_dir):
+    out = []
+    for mode in modes:
+        scheme, sec = security(mode, credentials)
+        address = f"{scheme}://{host}:{port}"
+        marker = os.path.join(marker_dir, f"ran-{mode}-{port}")
+        for how, fn in (("client", with_client), ("raw", lambda a, s, m: asyncio.run(raw(a, s, m)))):
+            t = time.monotonic()
+            err = bounded(fn, address, sec, marker + "-" + how)
+            out.append({"port": port, "mode": mode, "how": how, "ok": err is None, "error": err,
+                        "seconds": round(time.monotonic() - t, 2)})
+    return out
+
+
 def main():
     with open(sys.argv[1]) as f:
         spec = json.load(f)
-    out = []
-    for host, port in spec["ports"]:
-        for mode in spec["modes"]:
-            scheme, sec = security(mode, spec.get("credentials"))
-            address = f"{scheme}://{host}:{port}"
-            marker = os.path.join(spec["marker_dir"], f"ran-{mode}-{port}")
-            for how, fn in (("client", with_client), ("raw", lambda a, s, m: asyncio.run(raw(a, s, m)))):
-                t = time.monotonic()
-                err = bounded(fn, address, sec, marker + "-" + how)
-                out.append({"port": port, "mode": mode, "how": how, "ok": err is None, "error": err,
-                            "seconds": round(time.monotonic() - t, 2)})
-    print("RESULT " + json.dumps(out), flush=True)
+    ports = [tuple(p) for p in spec["ports"]]
+    with concurrent.futures.ThreadPoolExecutor(len(ports)) as pool:
+        http = dict(zip(ports, pool.map(lambda p: is_http(*p), ports)))
+        jobs = [pool.submit(attack, host, port, spec["modes"], spec.get("credentials"), spec["marker_dir"])
+                for host, port in ports if not http[(host, port)]]
+        attempts = [a for job in jobs for a in job.result()]
+    print("RESULT " + json.dumps({"attempts": attempts, "http": sorted(p for (_, p), h in http.items() if h)}),
+          flush=True)
 
 
 if __name__ == "__main__":
