@@ -297,6 +297,8 @@ def _dask_mpi(fields, **kwargs):
     if not fields:
         return dask_mpi.initialize(**kwargs)
     config = tls.as_config(fields)
+    if kwargs.get("protocol") is None:
+        kwargs["protocol"] = "tls"       # dask-mpi's listeners, given an interface, would pick tcp
     if fields["role"] == "client":
         dask.config.set(config)
         return dask_mpi.initialize(**kwargs)

@@ -35,6 +35,7 @@ ATTEMPT_S = 4
 
 
 def touch(path):
+    path = f"{path}-{os.getpid()}"
     with open(path, "w") as f:
         f.write(str(os.getpid()))
     return path
@@ -95,13 +96,17 @@ def with_client(address, sec, marker):
 
 
 async def raw(address, sec, marker):
+    """The out-of-band ``run`` handler of a worker or nanny, else a scheduler's ``run_function``."""
     from distributed.core import rpc
     from distributed.protocol.pickle import dumps
-    async with rpc(address, connection_args=sec.get_connection_args("client"), timeout=ATTEMPT_S) as r:
-        try:
-            await r.run(function=dumps(touch), args=dumps((marker + "-raw-run",)))
-        except Exception:  # noqa: BLE001 - a scheduler has run_function instead
-            await r.run_function(function=dumps(touch), args=dumps((marker + "-raw-function",)))
+    args = dict(connection_args=sec.get_connection_args("client"), timeout=ATTEMPT_S)
+    async with rpc(address, **args) as r:
+        answer = await r.run(function=dumps(touch), args=dumps((marker + "-run",)))
+    if answer is None:            # no `run` handler (the scheduler logs a KeyError): a scheduler
+        async with rpc(address, **args) as r:
+            answer = await r.run_function(function=dumps(touch), args=dumps((marker + "-function",)))
+    if not (isinstance(answer, dict) and answer.get("status") == "OK"):
+        raise RuntimeError(f"the handler answered {answer!r}"[:300])
 
 
 def bounded(fn, *args):
