@@ -375,7 +375,7 @@ def connect(scheduler_file, *, timeout=60, **kwargs):
     import time
 
     from distributed import Client
-    scheduler_file = os.fspath(scheduler_file)
+    scheduler_file = os.path.expanduser(os.fspath(scheduler_file))
     end = time.monotonic() + timeout
     while not os.path.exists(scheduler_file):
         if time.monotonic() > end:
