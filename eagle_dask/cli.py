@@ -47,7 +47,7 @@ def columns(header, rows):
                      for row in (header, *rows))
 
 
-def _security(args):
+def security_of(args):
     """The ``security=`` the cluster command's flags ask for: None (fresh), a Security, or False."""
     given = [args.tls_ca_file, args.tls_cert, args.tls_key]
     if args.no_tls and any(given):
@@ -70,7 +70,7 @@ def _security(args):
 def _cluster(args):
     from . import serve
     serve(args.scheduler_file, interface=args.interface, nthreads=args.nthreads,
-          dashboard=not args.no_dashboard, dashboard_address=args.dashboard_address, security=_security(args))
+          dashboard=not args.no_dashboard, dashboard_address=args.dashboard_address, security=security_of(args))
     return 0
 
 

@@ -148,6 +148,25 @@ def test_env_that_is_not_a_dict_is_a_clear_error():
         eagle_dask.local_cluster(n_workers=1, env="EAGLE_NUM_THREADS=1")
 
 
+def test_cluster_command_tls_flags():
+    from distributed import Security
+
+    from eagle_dask.cli import parser, security_of
+
+    def sec(*flags):
+        return security_of(parser().parse_args(["cluster", "--scheduler-file", "F", *flags]))
+    assert sec() is None                                   # fresh credentials
+    assert sec("--no-tls") is False
+    given = sec("--tls-ca-file", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem")
+    assert isinstance(given, Security) and given.require_encryption and given.tls_ca_file == "ca.pem"
+    assert {getattr(given, f"tls_{r}_cert") for r in tls.ROLES} == {"c.pem"}
+    assert {getattr(given, f"tls_{r}_key") for r in tls.ROLES} == {"k.pem"}
+    with pytest.raises(SystemExit, match="go together"):
+        sec("--tls-cert", "c.pem")
+    with pytest.raises(SystemExit, match="exclude each other"):
+        sec("--no-tls", "--tls-ca-file", "ca.pem")
+
+
 # -- credentials and private files ---------------------------------------------------------
 def test_fresh_credentials_chain_to_one_authority_that_signed_nothing_else():
     from cryptography import x509

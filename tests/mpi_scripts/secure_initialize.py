@@ -1,8 +1,6 @@
 """Under mpiexec: ``eagle_dask.initialize()`` (mutual TLS by default), a plan checked bit for bit
 against HostTeam on rank 1's client, then the cluster kept up until the file argv[1] appears (the
 test attacks it meanwhile; at most 240 s), then one line ``RESULT <json>``.
-
-argv[2], when given, is ``plain``: ``initialize(security=False)``.
 """
 import json
 import os
@@ -16,8 +14,7 @@ from eagle import plan as eplan
 from tests import kernels as K
 
 if __name__ == "__main__":
-    plain = len(sys.argv) > 2 and sys.argv[2] == "plain"
-    client = eagle_dask.initialize(security=False if plain else None)
+    client = eagle_dask.initialize()
     plugin = eagle.deploy(K.reductions)
     planes = K.inputs("reductions", 333)
     ref = eplan.plan(plugin, structure=eexec.HostTeam).run(**planes)
