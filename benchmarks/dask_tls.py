@@ -110,7 +110,7 @@ def compare(clients, plans, plugin, n, steps, rounds):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m benchmarks.dask_tls", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="10x fewer samples")
-    ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 3 for the oscillator, "
+    ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 5 for the oscillator, "
                                                              "20 for the tiny run; quick: 3 and 10)")
     ap.add_argument("--out", default=None, help="folder for dask_tls.json")
     a = ap.parse_args(argv)
@@ -128,7 +128,7 @@ def main(argv=None):
         plans = {arm: eplan.plan(plugin, structure=DaskPartition.on(c, progress=False))
                  for arm, c in clients.items()}
         scale = 10 if a.quick else 1
-        cases = {"oscillator": (10**6 // scale, 1000, a.rounds or 3),
+        cases = {"oscillator": (10**6 // scale, 1000, a.rounds or 5),
                  "tiny": (10**4, 1, a.rounds or (10 if a.quick else 20))}
         for name, (n, steps, rounds) in cases.items():
             results[name] = compare(clients, plans, plugin, n, steps, rounds)
