@@ -315,15 +315,21 @@ def test_cluster_command_refuses_intruders_and_connect_gets_in(tmp_path):
         _stop(proc)
 
 
-def test_info_uses_the_credentials_and_aligns_its_columns(tmp_path):
-    proc, sched = _cluster(tmp_path, "--no-dashboard")
+@pytest.mark.parametrize("plain", [False, True], ids=["tls", "no-tls"])
+def test_info_uses_the_credentials_and_aligns_its_columns(tmp_path, plain):
+    proc, sched = _cluster(tmp_path, "--no-dashboard", *(["--no-tls"] if plain else []))
     try:
+        assert stat.S_IMODE(os.stat(sched).st_mode) == 0o600
+        assert os.path.exists(tls.credentials_path(sched)) is not plain
+        scheme = "tcp" if plain else "tls"
+        assert json.loads(sched.read_text())["address"].startswith(f"{scheme}://127.0.0.1:")
         out = subprocess.run([sys.executable, "-m", "eagle_dask", "info", "--scheduler-file", str(sched)],
                              capture_output=True, text=True, timeout=180, cwd=ROOT, env=loopback_env())
         assert out.returncode == 0, out.stdout + out.stderr
         lines = out.stdout.splitlines()
         table = lines[lines.index(next(ln for ln in lines if ln.startswith("rank"))):]
         assert len(table) == 3
+        assert all(f" {scheme}://127.0.0.1:" in row for row in table[1:]), table
         for col in ("name", "host", "address", "GPU"):     # each header starts where its column does
             at = table[0].index(col)
             assert all(row[at - 2:at] == "  " and row[at] != " " for row in table[1:]), table
