@@ -6,19 +6,26 @@
 * :func:`initialize` -- dask-mpi's bootstrap (rank 0 the scheduler, rank 1 the script, ranks
   2+ workers), on loopback when every rank is on one host, one GPU per worker rank.
 * :func:`serve` -- the same ranks as a cluster for others to join (``eagle-dask cluster``):
-  rank 0 the scheduler (writing a scheduler file), every other rank a worker.
+  rank 0 the scheduler (writing a scheduler file), every other rank a worker;
+  :func:`connect` joins it.
+
+Every one of them runs mutual TLS by default (``security=None``: fresh credentials per cluster,
+see :mod:`eagle_dask.security`); ``security=False`` is plain TCP, which lets any user of the
+machine who can reach a port run code as you.
 """
 from __future__ import annotations
 
 import asyncio
 import atexit
 import inspect
+import json
 import logging
 import os
 import sys
 
 from eagle.host import cpu_count
 
+from . import security as tls
 from .ranks import gpu_ids
 
 LOOPBACK = "127.0.0.1"
@@ -72,16 +79,33 @@ def _count(value, what, allowed):
     return int(value)
 
 
-def local_cluster(n_workers=None, threads_per_worker=None, **kwargs):
+def _env(env):
+    if env is None:
+        return {}
+    if not isinstance(env, dict):
+        raise TypeError(f"local_cluster(env={env!r}): env takes a dict of environment variables for the "
+                        f"workers, e.g. env={{'EAGLE_NUM_THREADS': '1'}}, not a {type(env).__name__}")
+    return dict(env)
+
+
+def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **kwargs):
     """Start a cluster on this machine and return a ``Client`` that owns it.
 
     With dask-cuda and a GPU: ``LocalCUDACluster`` (one worker per GPU, one thread each).
     Otherwise a ``LocalCluster`` of processes: ``n_workers`` (default one per CPU) of
     ``threads_per_worker`` threads (default 1); each worker's eagle thread team takes that many
     threads (``EAGLE_NUM_THREADS``).  Both counts are integers >= 1 (or None); workers are
-    processes (``processes=False`` is refused).  Keyword arguments go to the cluster.
+    processes (``processes=False`` is refused); ``env`` is a dict of environment variables for
+    the workers.  Keyword arguments go to the cluster.
     Scheduler, workers and dashboard (its HTTP server, at a free port) listen on 127.0.0.1
-    unless ``host=``/``dashboard_address=`` say otherwise.
+    unless ``host=``/``dashboard_address=`` say otherwise (``dashboard_address=None``: no dashboard).
+
+    ``security``: ``None`` (the default) makes fresh mutual-TLS credentials for this cluster, held
+    in memory by the cluster, its workers and the returned client only: a connection without a
+    certificate they signed is refused at the TLS handshake.  A ``distributed.Security`` is used
+    as given.  ``False`` is plain TCP with no authentication: any user of this machine who finds
+    a port (``/proc/net/tcp`` lists them) can connect and run code as you on the scheduler and
+    every worker.
     """
     n_workers = _count(n_workers, "n_workers", "the number of worker processes: an integer >= 1, or None for "
                                                "one per CPU (one per GPU with dask-cuda)")
@@ -93,10 +117,12 @@ def local_cluster(n_workers=None, threads_per_worker=None, **kwargs):
                          "processes (each compiles the kernels once and runs its own thread team); for "
                          "workers in this process, start distributed.LocalCluster(processes=False) yourself "
                          "and pass structure=DaskPartition.on(Client(cluster))")
+    env = _env(kwargs.pop("env", None))
+    env.setdefault("EAGLE_NUM_THREADS", str(threads))
+    sec = tls.resolve(security, "local_cluster")
+    kwargs["security"] = sec          # None: distributed's default, plain TCP
     kwargs.setdefault("host", LOOPBACK)
     kwargs.setdefault("dashboard_address", f"{LOOPBACK}:0")
-    env = dict(kwargs.pop("env", None) or {})
-    env.setdefault("EAGLE_NUM_THREADS", str(threads))
     if cuda_workers_available():
         from dask_cuda import LocalCUDACluster
         cluster = LocalCUDACluster(n_workers=n_workers, threads_per_worker=threads, env=env, **kwargs)
@@ -155,6 +181,29 @@ def _pin_gpu(comm, first_worker):
     return gpu
 
 
+def _share_credentials(comm, security, where, roles, client_file=None):
+    """Rank 0 resolves ``security`` (fresh credentials for None) and sends each rank its role's part.
+
+    Collective; before any listener starts.  ``roles[r]`` is rank r's role.  With ``client_file``,
+    rank 0 also writes the client's part there (mode 0600).  Returns this rank's fields (None for
+    plain TCP); an error on rank 0 is raised on every rank.
+    """
+    tls.check(security, where)      # the same error on every rank, before any collective
+    payload = None
+    if comm.Get_rank() == 0:
+        try:
+            sec = tls.resolve(security, where)
+            if sec is not None and client_file is not None:
+                tls.write_client_credentials(client_file, sec)
+            payload = [None if sec is None else tls.role_fields(sec, role) for role in roles]
+        except Exception as e:  # noqa: BLE001 - raised on every rank below
+            payload = [e] * len(roles)
+    mine = comm.scatter(payload, root=0)
+    if isinstance(mine, Exception):
+        raise mine
+    return mine
+
+
 def _worker_class(worker_class, nthreads, worker_options, gpu):
     opts = dict(worker_options or {})
     if worker_class is None:
@@ -178,9 +227,13 @@ def _quiet_shutdown(client):
         pass
 
 
+def _roles_for_initialize(size):
+    return ["scheduler", "client"] + ["worker"] * (size - 2)
+
+
 def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=None, local_directory=None,
                memory_limit="auto", protocol=None, worker_class=None, worker_options=None, comm=None,
-               exit=True, timeout=120, quiet=True):
+               exit=True, timeout=120, quiet=True, security=None):
     """dask-mpi's bootstrap: rank 0 runs the scheduler, rank 1 returns a ``Client``, ranks 2+ are workers.
 
     Call it under ``if __name__ == "__main__":`` in the script ``mpirun`` starts.  Where every
@@ -192,6 +245,12 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
     has joined; the scheduler and workers end when the script does (``exit=False``: they
     return None instead of exiting).  ``quiet``: distributed logs warnings and errors only (its
     INFO lines, and the connection tracebacks it logs as INFO when the cluster stops, are dropped).
+
+    ``security``: ``None`` (the default) is mutual TLS with fresh credentials: rank 0 makes them
+    and sends each rank its certificate over MPI before any listener starts (nothing is written to
+    disk); rank 1's client, and ``distributed.Client()`` on rank 1, hold the client's.  A
+    ``distributed.Security`` (rank 0's) is used as given.  ``False`` is plain TCP: any user of the
+    machine who finds a port can connect and run code as you on the scheduler and every worker.
     """
     caller = inspect.currentframe().f_back
     if caller is not None and caller.f_globals.get("__name__") != "__main__":
@@ -207,7 +266,6 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
         raise RuntimeError(
             f"eagle_dask.initialize() needs at least 3 MPI ranks (rank 0 the scheduler, rank 1 this script, "
             f"ranks 2+ the workers), and the world has {size}: launch with mpirun -np 3 or more")
-    import dask_mpi
     if quiet:
         _quiet(logging.WARNING)
     interface, dashboard_address = _network(comm, interface, dashboard_address)
@@ -215,29 +273,53 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
     wclass, opts, threads = _worker_class(worker_class, nthreads, worker_options, gpu)
     if comm.Get_rank() >= 2:
         os.environ.setdefault("EAGLE_NUM_THREADS", str(threads))
-    is_client = dask_mpi.initialize(interface=interface, nthreads=threads, local_directory=local_directory,
-                                    memory_limit=memory_limit, dashboard=dashboard,
-                                    dashboard_address=dashboard_address, protocol=protocol,
-                                    worker_class=wclass, worker_options=opts, comm=comm, exit=False)
+    fields = _share_credentials(comm, security, "initialize", _roles_for_initialize(size))
+    is_client = _dask_mpi(fields, interface=interface, nthreads=threads, local_directory=local_directory,
+                          memory_limit=memory_limit, dashboard=dashboard, dashboard_address=dashboard_address,
+                          protocol=protocol, worker_class=wclass, worker_options=opts, comm=comm, exit=False)
     if not is_client:
         if exit:
             sys.exit(0)
         return None
     from distributed import Client
-    client = Client()
+    client = Client(security=tls.from_fields(fields) if fields else False)
     client.wait_for_workers(size - 2, timeout=timeout)
     if exit:
         atexit.register(_quiet_shutdown, client)
     return client
 
 
-def serve(scheduler_file, *, interface=None, nthreads=1, dashboard_address=None, memory_limit="auto",
-          local_directory=None, comm=None):
-    """Run this MPI rank as part of a cluster others join with ``Client(scheduler_file=...)``.
+def _dask_mpi(fields, **kwargs):
+    """``dask_mpi.initialize`` with this rank's credentials in dask's config (where its scheduler and
+    workers read them): for the cluster's ranks while they run, for rank 1 from now on."""
+    import dask
+    import dask_mpi
+    if not fields:
+        return dask_mpi.initialize(**kwargs)
+    config = tls.as_config(fields)
+    if kwargs.get("protocol") is None:
+        kwargs["protocol"] = "tls"       # dask-mpi's listeners, given an interface, would pick tcp
+    if fields["role"] == "client":
+        dask.config.set(config)
+        return dask_mpi.initialize(**kwargs)
+    with dask.config.set(config):
+        return dask_mpi.initialize(**kwargs)
 
-    Rank 0 runs the scheduler and writes ``scheduler_file``; every other rank is a worker named
-    by its rank (one GPU each where there are GPUs).  Returns when the cluster is shut down
-    (``client.shutdown()``).
+
+def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboard_address=None,
+          memory_limit="auto", local_directory=None, comm=None, security=None):
+    """Run this MPI rank as part of a cluster others join with :func:`connect` (``eagle-dask cluster``).
+
+    Rank 0 runs the scheduler and writes ``scheduler_file`` (its address, mode 0600); every other
+    rank is a worker named by its rank (one GPU each where there are GPUs), told the address over
+    MPI.  Returns when the cluster is shut down (``client.shutdown()``); the files are removed then.
+
+    ``security``: ``None`` (the default) is mutual TLS with fresh credentials: rank 0 makes them and
+    sends each rank its certificate over MPI before any listener starts; the only copy on disk is
+    the client's, in ``scheduler_file + ".credentials.json"`` (mode 0600), which
+    ``connect(scheduler_file)`` reads.  A ``distributed.Security`` (rank 0's) is used as given (its
+    client part goes in that file).  ``False`` is plain TCP: any user of the machine who finds a port
+    can connect and run code as you.  A file there that belongs to another user is refused.
     """
     from distributed import Scheduler
     from distributed.utils import import_term
@@ -248,26 +330,66 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard_address=None,
     if size < 2:
         raise RuntimeError(f"eagle-dask cluster needs at least 2 MPI ranks (rank 0 the scheduler, ranks 1+ "
                            f"the workers), and the world has {size}: launch with mpirun -np 2 or more")
+    scheduler_file = os.path.abspath(os.fspath(scheduler_file))
+    client_file = tls.credentials_path(scheduler_file)
     interface, dashboard_address = _network(comm, interface, dashboard_address)
     gpu = _pin_gpu(comm, 1)
     wclass, opts, threads = _worker_class(None, nthreads, None, gpu)
     rank = comm.Get_rank()
+    fields = _share_credentials(comm, security, "serve", ["scheduler"] + ["worker"] * (size - 1), client_file)
+    sec = tls.from_fields(fields) if fields else None
 
     async def scheduler():
-        async with Scheduler(interface=interface, dashboard_address=dashboard_address,
-                             scheduler_file=scheduler_file) as s:
-            comm.Barrier()
+        async with Scheduler(interface=interface, dashboard=dashboard, dashboard_address=dashboard_address,
+                             security=sec) as s:
+            tls.write_private(scheduler_file, json.dumps(s.identity(), indent=2))
+            comm.bcast(s.address, root=0)
             await s.finished()
 
-    async def worker():
+    async def worker(address):
         os.environ.setdefault("EAGLE_NUM_THREADS", str(threads))
         cls = import_term(wclass)
-        async with cls(scheduler_file=scheduler_file, interface=interface, nthreads=threads, name=rank,
-                       memory_limit=memory_limit, local_directory=local_directory, **opts) as w:
+        async with cls(address, interface=interface, nthreads=threads, name=rank, memory_limit=memory_limit,
+                       local_directory=local_directory, security=sec, **opts) as w:
             await w.finished()
 
     if rank == 0:
-        asyncio.run(scheduler())
+        try:
+            asyncio.run(scheduler())
+        finally:
+            for path in (scheduler_file, client_file):
+                if os.path.isfile(path) and os.stat(path).st_uid == os.getuid():
+                    os.unlink(path)
     else:
-        comm.Barrier()
-        asyncio.run(worker())
+        asyncio.run(worker(comm.bcast(None, root=0)))
+
+
+def connect(scheduler_file, *, timeout=60, **kwargs):
+    """A ``Client`` of the cluster :func:`serve` (``eagle-dask cluster``) runs, with its credentials.
+
+    Reads the address from ``scheduler_file`` and the client's certificate from
+    ``scheduler_file + ".credentials.json"`` (which must be yours and mode 0600), waiting up to
+    ``timeout`` seconds for the cluster to write them.  ``distributed.Client(scheduler_file=F)``
+    alone has no certificate, and the cluster refuses it.  Keyword arguments go to ``Client``.
+    """
+    import time
+
+    from distributed import Client
+    scheduler_file = os.path.expanduser(os.fspath(scheduler_file))
+    end = time.monotonic() + timeout
+    while not os.path.exists(scheduler_file):
+        if time.monotonic() > end:
+            raise TimeoutError(f"eagle_dask.connect: no scheduler file {scheduler_file} after {timeout} s: is "
+                               f"`mpirun -np N eagle-dask cluster --scheduler-file {scheduler_file}` running?")
+        time.sleep(0.1)
+    with open(scheduler_file) as f:
+        address = json.load(f)["address"]
+    creds = tls.credentials_path(scheduler_file)
+    if address.startswith("tls://"):
+        if not os.path.exists(creds):
+            raise FileNotFoundError(f"eagle_dask.connect: the cluster at {address} runs mutual TLS and its "
+                                    f"client credentials {creds} are missing: they are written beside the "
+                                    "scheduler file by the `eagle-dask cluster` that wrote it")
+        kwargs.setdefault("security", tls.read_client_credentials(creds))
+    kwargs.setdefault("timeout", max(1, end - time.monotonic()))
+    return Client(address, **kwargs)

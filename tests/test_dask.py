@@ -138,7 +138,7 @@ def test_ranks_and_pickling(client):
     ranks = DaskPartition.on(client).ranks()
     assert sorted(ranks) == [0, 1, 2, 3]
     assert [r.name for r in ranks.values()] == [0, 1, 2, 3]
-    assert all(r.host == "127.0.0.1" and r.gpu is None and r.address.startswith("tcp://127.0.0.1:")
+    assert all(r.host == "127.0.0.1" and r.gpu is None and r.address.startswith("tls://127.0.0.1:")
                for r in ranks.values())
     assert pickle.loads(pickle.dumps(DaskPartition.on(client))) is DaskPartition
     assert repr(DaskPartition) == "eagle_dask.DaskPartition"
@@ -394,4 +394,4 @@ def test_info_command_lists_ranks_on_loopback():
     assert "workers: 2" in proc.stdout
     rows = [line.split() for line in proc.stdout.splitlines() if line[:1].isdigit()]
     assert [r[0] for r in rows] == ["0", "1"], proc.stdout
-    assert all(r[3].startswith("tcp://127.0.0.1:") for r in rows), proc.stdout
+    assert all(r[3].startswith("tls://127.0.0.1:") for r in rows), proc.stdout

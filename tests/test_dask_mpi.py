@@ -60,7 +60,7 @@ def test_initialize_runs_plans_with_the_same_bits(tmp_path, world):
     res = json.loads(line[0][len("RESULT "):])
     # ranks are the worker MPI ranks 2.., sorted, all on loopback
     assert [res["ranks"][str(r)][0] for r in range(world - 2)] == [str(r) for r in range(2, world)]
-    assert all(w[1] == "127.0.0.1" and w[2].startswith("tcp://127.0.0.1:") for w in res["ranks"].values())
+    assert all(w[1] == "127.0.0.1" and w[2].startswith("tls://127.0.0.1:") for w in res["ranks"].values())
     assert res["same"] and all(res["same"].values()), {k: v for k, v in res["same"].items() if not v}
     assert res["listeners"] >= world - 1          # the scheduler and every worker
     assert res["beyond"] == []
@@ -87,7 +87,6 @@ def test_initialize_refuses_a_small_world(size):
 
 
 def test_cluster_launcher_and_scheduler_file_join(tmp_path):
-    from distributed import Client
     require_mpi()
     sched = tmp_path / "scheduler.json"
     proc = mpiexec(3, ["-m", "eagle_dask", "cluster", "--scheduler-file", str(sched)], popen=True)
@@ -96,7 +95,7 @@ def test_cluster_launcher_and_scheduler_file_join(tmp_path):
         while not sched.exists() and proc.poll() is None and time.monotonic() < end:
             time.sleep(0.2)
         assert sched.exists(), proc.stdout.read() if proc.poll() is not None else "no scheduler file"
-        with Client(scheduler_file=str(sched)) as client:
+        with eagle_dask.connect(sched) as client:
             client.wait_for_workers(2, timeout=180)
             ranks = eagle_dask.DaskPartition.on(client).ranks()
             assert [w.name for w in ranks.values()] == [1, 2]

@@ -1,0 +1,28 @@
+"""Under mpiexec: ``eagle_dask.initialize()`` (mutual TLS by default), a plan checked bit for bit
+against HostTeam on rank 1's client, then the cluster kept up until the file argv[1] appears (the
+test attacks it meanwhile; at most 240 s), then one line ``RESULT <json>``.
+"""
+import json
+import os
+import sys
+import time
+
+import eagle
+import eagle.exec as eexec
+import eagle_dask
+from eagle import plan as eplan
+from tests import kernels as K
+
+if __name__ == "__main__":
+    client = eagle_dask.initialize()
+    plugin = eagle.deploy(K.reductions)
+    planes = K.inputs("reductions", 333)
+    ref = eplan.plan(plugin, structure=eexec.HostTeam).run(**planes)
+    got = eplan.plan(plugin, structure=eagle_dask.DaskPartition.on(client, progress=False)).run(**planes)
+    print("READY " + json.dumps({"scheduler": client.scheduler.address}), flush=True)
+    end = time.monotonic() + 240
+    while not os.path.exists(sys.argv[1]) and time.monotonic() < end:
+        time.sleep(0.2)
+    alive = sorted(client.run(os.getpid))      # the workers still serve their own client
+    print("RESULT " + json.dumps({"same": K.same_bits(ref, got), "scheduler": client.scheduler.address,
+                                  "workers": alive}), flush=True)
