@@ -41,10 +41,12 @@ from concurrent.futures import CancelledError
 import numpy as np
 
 from eagle.bind import is_array
+from eagle.roles import OUTPUT_KINDS
 from eagle.rows import split
 
 from .progress import show_progress
 from .ranks import worker_ranks
+from .shm import Elsewhere, LocalWorkers, SharedRun
 from .task import PluginRef, run_block
 
 #: seconds between looks at the scheduler's view of the blocks while none comes back
@@ -104,12 +106,14 @@ class Held:
 
 
 class _Block:
-    __slots__ = ("rank", "part", "future", "address", "whole", "attempts")
+    __slots__ = ("rank", "part", "future", "address", "whole", "attempts", "shared", "remote")
 
     def __init__(self, rank, part):
         self.rank, self.part = rank, part
         self.future = self.address = self.whole = None      # whole: the scattered planes it was given
         self.attempts = 0
+        self.shared = False         # its planes went through shared memory (``eagle_dask.shm``)
+        self.remote = False         # it ran on another host than its worker's: messages only
 
 
 class EagerRun:
@@ -146,8 +150,8 @@ class EagerRun:
         self._resubmitted = []
         self._old_whole = []
         self.failed_gathers = 0
+        self._transport_setup()
         try:
-            self._scatter()
             with warnings.catch_warnings():
                 # the slices ride in the task on purpose (they survive a lost worker): not a graph to slim down
                 warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
@@ -159,10 +163,13 @@ class EagerRun:
             self._supervise()
             if self.bar is not None:        # the bar counts the finished keys: release them after it ends
                 self.bar.join(timeout=10.0)
+            self.shared.finish([(b.part.base, b.part.stop) for b in self.blocks if b.shared])
         except BaseException:
             self._cancel()
             self._release()
             raise
+        finally:
+            self.shared.close()
         if HOLD > 0:
             Held.hold(client, self._futures())
         else:
@@ -177,13 +184,46 @@ class EagerRun:
             [self.whole_f] = self.client.scatter([self.whole], broadcast=True, hash=False,
                                                  timeout=self.structure.timeout)
 
-    def _submit(self, b, address):
+    # -- transport: shared memory on the driver's host, messages elsewhere -----------------------
+    def _transport_setup(self):
+        outputs = set(self.plugin.names(*OUTPUT_KINDS))
+        self.local = LocalWorkers.of(self.client, sorted({self.table[b.rank].address for b in self.blocks}))
+        self.shared = SharedRun(self.bound, self.sliced, self.whole, self.fresh, outputs)
+
+    def _remote(self, b, address):
+        """Whether block ``b`` sent to ``address`` takes the messages (not shared memory)."""
+        return b.remote or address not in self.local
+
+    def _transport(self, b, address):
+        """(sliced planes, scattered whole planes, Outs to allocate, SharedPlanes or None) of ``b``."""
+        shared = None if self._remote(b, address) else self.shared.for_block(self.plugin.sliceable)
+        b.shared = shared is not None
+        if shared is not None:
+            return {}, None, {}, shared
+        if self.whole and self.whole_f is None:
+            self._scatter()
         p = b.part
         sliced = {k: np.ascontiguousarray(v[p.base:p.stop]) for k, v in self.sliced.items()}
+        return sliced, self.whole_f, self.fresh, None
+
+    def _elsewhere(self, b):
+        """A shared-memory block the scheduler ran on another host: sent again through the messages."""
+        if not b.shared or not isinstance(b.future.exception(), Elsewhere):
+            return False
+        b.remote = True
+        self._again(b)
+        self._resubmitted.append(b)
+        return True
+
+    def _submit(self, b, address):
+        p = b.part
+        if address not in self.local and not b.remote:
+            self.local |= LocalWorkers.of(self.client, [address])      # a worker that joined since
+        sliced, whole_f, fresh, shared = self._transport(b, address)
         key = f"eagle-{self.name}-{self.tag}-rank{b.rank}" + (f"-again{b.attempts}" if b.attempts else "")
-        b.address, b.whole = address, self.whole_f
+        b.address, b.whole = address, whole_f
         b.future = self.client.submit(self.task, self.ref, self.plan.inner, b.rank, p.base, p.stop, self.bound.n,
-                                      sliced, self.whole_f, self.params, self.fresh, self.device, key=key,
+                                      sliced, whole_f, self.params, fresh, self.device, shared, key=key,
                                       workers=[address], allow_other_workers=True, pure=False)
 
     # -- supervising -----------------------------------------------------------------------
@@ -246,6 +286,8 @@ class EagerRun:
                     self.rows_of[b.rank] = rows
         for b in others:
             if b.future.status == "error":
+                if self._elsewhere(b):
+                    continue
                 self._raise_error(b)
             self._cancelled(b)
         return again
