@@ -266,12 +266,34 @@ def worker_threads() -> int:
 
 # -- the lazy mode's tasks ---------------------------------------------------------------------
 def run_chunk(plugin, inner, block, start, stop, n, sliced_names, sliced, whole_names, whole, params, fresh,
-              device=None):
-    """Block ``block`` (samples ``[start, stop)``) of a lazy run: ``sliced`` and ``whole`` are the
-    chunks and the assembled planes, in the order of their names; none of them is written."""
+              device=None, result="all"):
+    """Block ``block`` (samples ``[start, stop)``) of a lazy run.  ``sliced``: per sliced plane,
+    ``[chunks, lo, hi]``: the chunks that overlap the block and where it lies in them;
+    ``whole``: the assembled planes, in the order of ``whole_names``; none of them is written.
+    ``result``: ``"all"`` (output blocks, row partials), ``"rows"`` (the row partials), or the
+    name of the one output plane (its block).  The team takes one thread (``EAGLE_NUM_THREADS``
+    says otherwise): several blocks run at once on a worker of several threads."""
     label = f"block {block} (samples [{start}, {stop}))"
-    return _run(plugin, inner, label, start, stop, n, dict(zip(sliced_names, sliced)),
-                dict(zip(whole_names, whole)), params, fresh, device)
+    planes = {name: _assemble(*piece) for name, piece in zip(sliced_names, sliced)}
+    with thread_budget(1):
+        out = _run(plugin, inner, label, start, stop, n, planes, dict(zip(whole_names, whole)), params, fresh,
+                   device)
+    if result == "all":
+        return out
+    return out[1] if result == "rows" else out[0][result]
+
+
+def _assemble(chunks, lo, hi):
+    """Samples ``[lo, hi)`` of the concatenation of ``chunks`` (a view when one chunk holds them)."""
+    if len(chunks) == 1:
+        return chunks[0][lo:hi]
+    pieces, at = [], 0
+    for c in chunks:
+        a, b = max(lo - at, 0), min(hi - at, len(c))
+        if b > a:
+            pieces.append(c[a:b])
+        at += len(c)
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
 
 def pick_block(result, name):
