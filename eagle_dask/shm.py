@@ -30,6 +30,7 @@ driver's result) and its memory is freed with the last mapping.
 from __future__ import annotations
 
 import atexit
+import collections
 import mmap
 import os
 import socket
@@ -47,6 +48,23 @@ ASK_TIMEOUT = 10.0
 
 _LIVE = set()
 _LOCK = threading.Lock()
+#: the segments this worker mapped recently (names) -- a debugging record, read with
+#: ``client.run(eagle_dask.shm.opened)``
+OPENED = collections.deque(maxlen=1024)
+
+
+def opened():
+    return list(OPENED)
+
+
+def clear_opened():
+    OPENED.clear()
+
+
+def live() -> list:
+    """The segments this process made and has not unlinked yet (paths)."""
+    with _LOCK:
+        return sorted(_LIVE)
 
 
 class Elsewhere(RuntimeError):
@@ -117,6 +135,7 @@ def open_segment(name, dtype, shape):
     except FileNotFoundError:
         raise Elsewhere(f"shared memory segment {path} is not on this worker's host (or its run ended); "
                         "set EAGLE_DASK_SHM=0 on the driver if the host ids of two machines agree") from None
+    OPENED.append(name)
     try:
         size = max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, 1)
         return _view(mmap.mmap(fd, size), dtype, shape)
