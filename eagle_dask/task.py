@@ -261,7 +261,8 @@ def run_block(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh,
 def worker_threads() -> int:
     """The threads Dask gave this worker (1 outside a worker)."""
     w = _worker()
-    return int(getattr(w, "nthreads", None) or 1) if w is not None else 1
+    state = getattr(w, "state", None)
+    return int(getattr(state, "nthreads", None) or getattr(w, "nthreads", None) or 1)
 
 
 # -- the lazy mode's tasks ---------------------------------------------------------------------
