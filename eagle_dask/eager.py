@@ -46,7 +46,7 @@ from eagle.rows import split
 
 from .progress import show_progress
 from .ranks import worker_ranks
-from .shm import Elsewhere, LocalWorkers, SharedRun
+from .shm import Elsewhere, SharedRun
 from .task import PluginRef, run_block
 
 #: seconds between looks at the scheduler's view of the blocks while none comes back
@@ -150,7 +150,8 @@ class EagerRun:
         self._resubmitted = []
         self._old_whole = []
         self.failed_gathers = 0
-        self._transport_setup()
+        self.shared = SharedRun(client, [self.table[b.rank].address for b in self.blocks], bound, self.sliced,
+                                self.whole, self.fresh, set(plugin.names(*OUTPUT_KINDS)), plugin.sliceable)
         try:
             with warnings.catch_warnings():
                 # the slices ride in the task on purpose (they survive a lost worker): not a graph to slim down
@@ -184,42 +185,9 @@ class EagerRun:
             [self.whole_f] = self.client.scatter([self.whole], broadcast=True, hash=False,
                                                  timeout=self.structure.timeout)
 
-    # -- transport: shared memory on the driver's host, messages elsewhere -----------------------
-    def _transport_setup(self):
-        outputs = set(self.plugin.names(*OUTPUT_KINDS))
-        self.local = LocalWorkers.of(self.client, sorted({self.table[b.rank].address for b in self.blocks}))
-        self.shared = SharedRun(self.bound, self.sliced, self.whole, self.fresh, outputs)
-
-    def _remote(self, b, address):
-        """Whether block ``b`` sent to ``address`` takes the messages (not shared memory)."""
-        return b.remote or address not in self.local
-
-    def _transport(self, b, address):
-        """(sliced planes, scattered whole planes, Outs to allocate, SharedPlanes or None) of ``b``."""
-        shared = None if self._remote(b, address) else self.shared.for_block(self.plugin.sliceable)
-        b.shared = shared is not None
-        if shared is not None:
-            return {}, None, {}, shared
-        if self.whole and self.whole_f is None:
-            self._scatter()
-        p = b.part
-        sliced = {k: np.ascontiguousarray(v[p.base:p.stop]) for k, v in self.sliced.items()}
-        return sliced, self.whole_f, self.fresh, None
-
-    def _elsewhere(self, b):
-        """A shared-memory block the scheduler ran on another host: sent again through the messages."""
-        if not b.shared or not isinstance(b.future.exception(), Elsewhere):
-            return False
-        b.remote = True
-        self._again(b)
-        self._resubmitted.append(b)
-        return True
-
     def _submit(self, b, address):
         p = b.part
-        if address not in self.local and not b.remote:
-            self.local |= LocalWorkers.of(self.client, [address])      # a worker that joined since
-        sliced, whole_f, fresh, shared = self._transport(b, address)
+        sliced, whole_f, fresh, shared = _transport(self, b, address)
         key = f"eagle-{self.name}-{self.tag}-rank{b.rank}" + (f"-again{b.attempts}" if b.attempts else "")
         b.address, b.whole = address, whole_f
         b.future = self.client.submit(self.task, self.ref, self.plan.inner, b.rank, p.base, p.stop, self.bound.n,
@@ -286,7 +254,7 @@ class EagerRun:
                     self.rows_of[b.rank] = rows
         for b in others:
             if b.future.status == "error":
-                if self._elsewhere(b):
+                if _elsewhere(self, b):
                     continue
                 self._raise_error(b)
             self._cancelled(b)
@@ -392,3 +360,27 @@ class EagerRun:
 
     def _release(self):
         Held._release(self._futures())
+
+
+# -- transport: shared memory on the driver's host (``eagle_dask.shm``), messages elsewhere ------
+def _transport(run, b, address):
+    """(sliced planes, scattered whole planes, Outs to allocate, SharedPlanes or None) of block
+    ``b`` of ``run`` sent to ``address``."""
+    shared = run.shared.for_block(address, b.remote)
+    b.shared = shared is not None
+    if b.shared:
+        return {}, None, {}, shared
+    if run.whole and run.whole_f is None:
+        run._scatter()
+    sliced = {k: np.ascontiguousarray(v[b.part.base:b.part.stop]) for k, v in run.sliced.items()}
+    return sliced, run.whole_f, run.fresh, None
+
+
+def _elsewhere(run, b):
+    """A shared-memory block the scheduler ran on another host: sent again through the messages."""
+    if not b.shared or not isinstance(b.future.exception(), Elsewhere):
+        return False
+    b.remote = True
+    run._again(b)
+    run._resubmitted.append(b)
+    return True

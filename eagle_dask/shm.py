@@ -212,13 +212,16 @@ class SharedPlanes:
 
 
 class SharedRun:
-    """The driver's side of one run's planes in shared memory: created at the first block sent
-    to a worker on this host (``for_block``); ``finish`` copies the written shares back into the
-    caller's planes; ``close`` unlinks every segment."""
+    """The driver's side of one run's planes in shared memory: which workers share this host
+    (``LocalWorkers``, asked for ``addresses``), the segments created at the first block sent to
+    one of them (``for_block``); ``finish`` copies the written shares back into the caller's
+    planes; ``close`` unlinks every segment."""
 
-    def __init__(self, bound, sliced, whole, fresh, outputs):
+    def __init__(self, client, addresses, bound, sliced, whole, fresh, outputs, sliceable):
+        self.client = client
+        self.local = LocalWorkers.of(client, sorted(set(addresses)))
         self.bound, self.sliced, self.whole, self.fresh = bound, sliced, whole, fresh
-        self.outputs = outputs
+        self.outputs, self.sliceable = outputs, sliceable
         self.segments = None
         self.planes = None
         self.views = {}
@@ -241,9 +244,16 @@ class SharedRun:
             planes[name] = (None, seg_out, target.dtype.str, target.shape, True, True)
         self.planes = planes
 
-    def for_block(self, sliceable):
-        """The ``SharedPlanes`` of a block (segments made at the first call), or None when
-        ``/dev/shm`` cannot hold the planes (the block then takes the messages)."""
+    def for_block(self, address, remote=False):
+        """The ``SharedPlanes`` of a block sent to ``address`` (segments made at the first call),
+        or None when it takes the messages: ``remote`` (it ran on another host before), a worker
+        of another host, or a ``/dev/shm`` that cannot hold the planes."""
+        if remote:
+            return None
+        if address not in self.local:
+            self.local |= LocalWorkers.of(self.client, [address])      # a worker that joined since
+            if address not in self.local:
+                return None
         if self.planes is None:
             try:
                 self._build()
@@ -253,7 +263,7 @@ class SharedRun:
                 return None
         if not self.planes and (self.sliced or self.whole or self.fresh):
             return None
-        planes = {k: (a, b, d, s, sl and k in sliceable, f) for k, (a, b, d, s, sl, f) in self.planes.items()}
+        planes = {k: (a, b, d, s, sl and k in self.sliceable, f) for k, (a, b, d, s, sl, f) in self.planes.items()}
         return SharedPlanes(self.host, planes)
 
     def finish(self, parts):
