@@ -14,8 +14,8 @@ medians; every arm's outputs are checked bit for bit against one process:
 4. **lazy, chunks of 1000** -- 10^6 samples (100 steps) with a cell, inputs persisted, against
    ``map_blocks`` over a numba loop + dask's ``sum``; the tasks each adds to the graph;
 5. **chunks of 333 / of 31** -- the same at those chunkings, / the chunks-of-1000 time (the
-   inputs of chunks of 31 are ~10^5 keys: skipped, with a note, when persisting them takes over
-   ``--persist-budget`` seconds);
+   inputs of chunks of 31 are ~10^5 keys: skipped, with a note, when making and persisting them
+   would take over ``--persist-budget`` seconds, estimated from those of chunks of 333);
 6. **a user's LocalCluster** -- ``distributed.LocalCluster(n_workers=2, threads_per_worker=1)``
    against ``eagle_dask.local_cluster(n_workers=2)``, the readme demo, and the teams' threads;
 7. **first run, empty cache** -- a fresh 2-worker cluster's first run / a first HostTeam run,
@@ -198,12 +198,15 @@ def chunked_rows(client, n, steps, rounds, budget):
     note31 = ""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
-        t, probe = timed(lambda: inputs_at(client, oscillators(n, steps, 0), 31, budget))
-        if probe is None:
-            note31 = (f"persisting the inputs in chunks of 31 ({3 * -(-n // 31)} keys) took over "
-                      f"{budget:g} s here (the scheduler's cost per key, not eagle's)")
+        # the inputs in chunks of 31 are ~3 n / 31 keys: their cost is estimated from those of 333
+        t333, probe = timed(lambda: inputs_at(client, oscillators(n, steps, 0), 333))
+        client.cancel(probe)
+        estimate = t333 * 333 / 31
+        if estimate > budget:
+            note31 = (f"making and persisting the inputs in chunks of 31 ({3 * -(-n // 31)} keys) would take about "
+                      f"{estimate:.0f} s a round here (from {t333:.1f} s at chunks of 333), over the "
+                      f"{budget:g} s budget: the scheduler's cost per key, before eagle runs")
         else:
-            client.cancel(probe)
             arms["eagle, chunks of 31"] = eagle_arm(31)
         for f in arms.values():
             f(0)                                                                # warm
@@ -230,7 +233,8 @@ def user_cluster_row(client, n, steps, rounds):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0") as cluster, Client(cluster, set_as_default=False) as user:
         user.wait_for_workers(2, timeout=120)
-        plans = {"eagle's local_cluster(n_workers=2)": eplan.plan(plugin, structure=DaskPartition.on(client, progress=False)),
+        plans = {"eagle's local_cluster(n_workers=2)": eplan.plan(
+                     plugin, structure=DaskPartition.on(client, progress=False)),
                  "LocalCluster(n_workers=2, threads_per_worker=1)": eplan.plan(
                      plugin, structure=DaskPartition.on(user, progress=False))}
         arms = {k: (lambda p: lambda seed: timed(lambda: p.run(**oscillators(n, steps, seed))))(p)
@@ -352,8 +356,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m benchmarks.dask_speed", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="10x smaller sizes, fewer rounds")
     ap.add_argument("--rounds", type=int, default=None, help="alternated rounds per row (default 9; quick 3)")
-    ap.add_argument("--persist-budget", type=float, default=60.0,
-                    help="seconds the chunks-of-31 inputs may take to persist before that row is skipped")
+    ap.add_argument("--persist-budget", type=float, default=30.0,
+                    help="seconds the chunks-of-31 inputs may take to make and persist, estimated from those of "
+                         "333, before that row is skipped")
     ap.add_argument("--skip-first-run", action="store_true", help="leave out row 7 (two fresh processes)")
     ap.add_argument("--out", default="bench-out/dask_speed", help="folder for results.csv/png/txt")
     a = ap.parse_args(argv)

@@ -29,7 +29,8 @@ from eagle.models import oscillator  # noqa: E402
 from eagle_dask import DaskPartition, shm  # noqa: E402
 from tests import kernels as K  # noqa: E402
 from tests.launch import ROOT, local_client, run_in_thread  # noqa: E402
-from tests.test_dask_faults import CrashOn, crash_me, kill_workers, oscillators, processing, wait_processing  # noqa: E402
+from tests.test_dask_faults import (CrashOn, crash_me, kill_workers, oscillators, processing,  # noqa: E402
+                                    wait_processing)
 
 pytestmark = pytest.mark.skipif(not shm.enabled(), reason="no writable /dev/shm")
 
