@@ -9,6 +9,8 @@ the first error in sample order.  The compiled entry is built once per process a
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
 import threading
@@ -35,6 +37,8 @@ _POOL = None
 MIN_TILE = 2048
 #: seconds an interrupted run waits for its tiles to stop
 STOP_WAIT = 10.0
+#: the threads a caller gave this context's teams (``thread_budget``); None: the CPUs
+_BUDGET = contextvars.ContextVar("eagle_thread_budget", default=None)
 
 
 def cpu_count() -> int:
@@ -45,8 +49,19 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+@contextlib.contextmanager
+def thread_budget(threads: int):
+    """Teams started in this context take ``threads`` threads unless ``EAGLE_NUM_THREADS`` says
+    otherwise (a Dask worker's task: the threads Dask gave it)."""
+    token = _BUDGET.set(max(1, int(threads)))
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
 def num_threads() -> int:
-    """``EAGLE_NUM_THREADS``, or the CPUs this process may use."""
+    """``EAGLE_NUM_THREADS``, else the context's ``thread_budget``, else the CPUs this process may use."""
     env = os.environ.get("EAGLE_NUM_THREADS")
     if env:
         try:
@@ -56,7 +71,8 @@ def num_threads() -> int:
         if n < 1:
             raise ValueError(f"EAGLE_NUM_THREADS={env!r}: a team has at least one thread")
         return n
-    return cpu_count()
+    budget = _BUDGET.get()
+    return cpu_count() if budget is None else budget
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:

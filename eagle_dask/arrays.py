@@ -6,11 +6,18 @@ When any plane of a run is a dask array, ``Plan.run`` builds a graph and returns
   cut them; every cell as a 0-d float64 dask array; a single output bare, several as a dict by
   name (``plan_result``).  Nothing is written in place: a caller's numpy plane is read, never
   modified, and a dask array is never mutated (a block copies every plane it writes);
-* **blocks** are the inputs' own chunks: every dask plane is rechunked, on the cluster, to the
-  union of their boundaries along samples (``block_sizes``), for a kernel with cells rounded
-  down to multiples of ``eagle.rows.ROW``, so that no row of a cell has two blocks;
+* **blocks** are neighbouring chunks coalesced: the cuts are the union of the dask planes'
+  chunk boundaries along samples (for a kernel with cells rounded down to multiples of
+  ``eagle.rows.ROW``, so that no row of a cell has two blocks), and neighbouring pieces are
+  joined until a block holds at least ``min_block`` samples (``block_sizes``;
+  ``DaskPartition.on(client, min_block=...)``, default ``MIN_BLOCK``); the output planes are
+  chunked as the blocks;
 * one task per block (``eagle_dask.task.run_chunk``), which the scheduler runs where its
-  chunks lie; it returns the output blocks and the cells' row partials;
+  chunks lie: it takes the chunks that overlap its samples and cuts its block from them itself
+  (no rechunk in the graph, whatever the chunks); it returns the output blocks and the cells'
+  row partials -- a single output plane without cells *is* the task's result, and a kernel
+  with cells only returns its row partials, so a run adds 1 task per block (plus one per
+  output plane and one for the row partials when there are several) and one per cell;
 * each cell is one final task (``eagle_dask.task.fold_cell``) folding the blocks' row
   partials in row order with ``eagle.rows.fold`` -- the bits of one process, whatever the
   chunking (dask's own reductions fold in a tree that depends on the chunks);
@@ -46,6 +53,10 @@ from .lazy_params import lazy_param, params_arg
 from .lazy_tables import bind_table, table_key
 from .task import PluginRef, fold_cell, pick_block, pick_rows, run_chunk
 
+#: samples a lazy block holds at least (neighbouring chunks are joined up to it), chosen from the
+#: costs ``benchmarks.dask_speed`` shows: at 2^16 samples a task's fixed cost (~1 ms) is a few
+#: percent of the cheapest kernels' block, and a plane of 10^6 samples still gives 15 blocks
+MIN_BLOCK = 2 ** 16
 
 
 def is_dask(v) -> bool:
@@ -145,9 +156,11 @@ def bind_lazy(plan, planes: dict, device=None) -> LazyBound:
 
 
 # -- the graph ---------------------------------------------------------------------------------
-def block_sizes(n: int, chunkings, rows: bool) -> tuple:
+def block_sizes(n: int, chunkings, rows: bool, min_block: int = 1) -> tuple:
     """The blocks of a lazy run: the union of the planes' chunk boundaries along samples (for a
-    kernel with cells, each rounded down to a multiple of ``ROW``); ``(0,)`` when ``n == 0``."""
+    kernel with cells, each rounded down to a multiple of ``ROW``), neighbours joined until a
+    block holds at least ``min_block`` samples (a short tail joins the last block); ``(0,)``
+    when ``n == 0``."""
     cuts = {0, n}
     for chunks in chunkings:
         at = 0
@@ -157,6 +170,14 @@ def block_sizes(n: int, chunkings, rows: bool) -> tuple:
     if rows:
         cuts = {c // ROW * ROW for c in cuts if c < n} | {n}
     cuts = sorted(c for c in cuts if 0 <= c <= n)
+    if min_block > 1 and len(cuts) > 2:
+        kept = [0]
+        for c in cuts[1:-1]:
+            if c - kept[-1] >= min_block:
+                kept.append(c)
+        if len(kept) > 1 and n - kept[-1] < min_block:
+            kept.pop()
+        cuts = kept + [n]
     sizes = tuple(b - a for a, b in zip(cuts, cuts[1:]) if b > a)
     return sizes or (0,)
 
@@ -178,6 +199,59 @@ def _whole(v, n, key, layer, table):
     return _chunk_key(v, 0), v
 
 
+def _overlapping(arr, a, b):
+    """The keys of ``arr``'s chunks that hold samples ``[a, b)``, and where ``[a, b)`` lies in
+    their concatenation: (keys, lo, hi)."""
+    ends = np.cumsum(arr.chunks[0])
+    last = len(ends) - 1
+    i0 = min(int(np.searchsorted(ends, a, side="right")), last)
+    i1 = max(i0, min(int(np.searchsorted(ends, b - 1, side="right")), last)) if b > a else i0
+    first = int(ends[i0] - arr.chunks[0][i0])
+    return [_chunk_key(arr, i) for i in range(i0, i1 + 1)], a - first, b - first
+
+
+def _min_block(plan) -> int:
+    value = getattr(plan.structure, "min_block", None)
+    return MIN_BLOCK if value is None else value
+
+
+def _block_inputs(plugin, planes, n, starts, token, layer, tables):
+    """Every block's planes as graph keys: (sliced names, per block [(chunk keys, lo, hi)], whole
+    names, whole keys, the dask arrays the graph depends on).  A sliced dask plane is given as the
+    chunks that overlap the block (the task cuts it); a numpy one as the block's slice; a plane
+    read at other samples whole (a dask one rechunked to one chunk, on the cluster), and so is a
+    table (``eagle_dask.lazy_tables``)."""
+    blocks = range(len(starts) - 1)
+    inputs, sliced_names, sliced_keys, whole_names, whole_keys = [], [], [[] for _ in blocks], [], []
+    for name, v in planes.items():
+        if name in plugin.sliceable:
+            sliced_names.append(name)
+            if is_dask(v):
+                inputs.append(v)
+                for b in blocks:
+                    chunk_keys, lo, hi = _overlapping(v, starts[b], starts[b + 1])
+                    sliced_keys[b].append([chunk_keys, lo, hi])
+            else:
+                for b in blocks:
+                    key = (keys.name(plugin.name, "in", f"{token}-{name}"), b)
+                    layer[key] = np.ascontiguousarray(v[starts[b]:starts[b + 1]])
+                    sliced_keys[b].append([[key], 0, starts[b + 1] - starts[b]])
+        else:
+            whole_names.append(name)
+            key, v = _whole(v, n, keys.name(plugin.name, "in", f"{token}-{name}"), layer, name in tables)
+            if v is not None:
+                inputs.append(v)
+            whole_keys.append(key)
+    return sliced_names, sliced_keys, whole_names, whole_keys, inputs
+
+
+def _width(plugin, bound, role, name):
+    if role.kind == "Out":
+        return role.width
+    v = bound.values[name]
+    return v.shape[1] if v.ndim == 2 else None
+
+
 def execute_lazy(plan, bound: LazyBound, device) -> dict:
     """Build the run's graph; put its dask arrays in ``bound.results``.  Returns no row
     partials: the cells are folded by tasks of the graph."""
@@ -186,7 +260,6 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
     from dask.highlevelgraph import HighLevelGraph
 
     plugin, n = plan.plugin, bound.n
-    sliceable = plugin.sliceable
     fresh = {name: (plugin.roles[name].width, plugin.roles[name].out_dtype)
              for name in plugin.names("Out") if name not in bound.supplied}
     planes = {k: v for k, v in bound.values.items()
@@ -195,67 +268,67 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
     params_in, lazy_params = params_arg(params)      # 0-d dask Params: read on the worker
     tables = set(plugin.names(TABLE))
     sizes = block_sizes(n, [v.chunks[0] for k, v in planes.items() if is_dask(v) and k not in tables],
-                        rows=bool(plugin.cells))
+                        rows=bool(plugin.cells), min_block=_min_block(plan))
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
     blocks = range(len(sizes))
+    # a digit first: distributed's key_split never reads the token as a word of the task's name
     token = "0" + tokenize(plugin.key, plan.inner.name, device, sizes, params, fresh,
-                     {k: (v.name if is_dask(v) else v) for k, v in planes.items()})
+                           {k: (v.name if is_dask(v) else v) for k, v in planes.items()})
     run_name = keys.name(plugin.name, "block", token)
     layer, ref = {}, PluginRef(plugin)
-    inputs, sliced_names, sliced_keys, whole_names, whole_keys = lazy_params, [], [[] for _ in blocks], [], []
-    for name, v in planes.items():
-        if name in sliceable:
-            sliced_names.append(name)
-            if is_dask(v):
-                if v.chunks[0] != sizes:
-                    v = v.rechunk((sizes,) + v.chunks[1:])
-                inputs.append(v)
-                for b in blocks:
-                    sliced_keys[b].append(_chunk_key(v, b))
-            else:
-                for b in blocks:
-                    key = (keys.name(plugin.name, "in", f"{token}-{name}"), b)
-                    layer[key] = np.ascontiguousarray(v[starts[b]:starts[b + 1]])
-                    sliced_keys[b].append(key)
-        else:
-            whole_names.append(name)
-            key, v = _whole(v, n, keys.name(plugin.name, "in", f"{token}-{name}"), layer, name in tables)
-            if v is not None:
-                inputs.append(v)
-            whole_keys.append(key)
-    rows_name = keys.name(plugin.name, "rows", token)
+    sliced_names, sliced_keys, whole_names, whole_keys, inputs = _block_inputs(
+        plugin, planes, n, starts, token, layer, tables)
+    inputs = [*lazy_params, *inputs]
+    outs = [(role, name) for role, name in plugin.arg_spec if name in bound.outputs]
+    # what a block's task returns: the one output plane itself, the row partials alone, or both
+    result = (outs[0][1] if len(outs) == 1 and not plugin.cells else "rows" if not outs else "all")
+    tail = () if result in ("all", "rows") or _width(plugin, bound, *outs[0]) is None else (0,)
+    rows_name = run_name if result == "rows" else keys.name(plugin.name, "rows", token)
     for b in blocks:
         # the plugin rides in each task (pickled once with the graph): a key of its own would be a
         # dependency the scheduler weighs against the chunks when it places a block
-        layer[(run_name, b)] = (run_chunk, ref, plan.inner, b, starts[b], starts[b + 1], n,
-                                tuple(sliced_names), list(sliced_keys[b]), tuple(whole_names), list(whole_keys),
-                                params_in, fresh, device)
-        if plugin.cells:
+        layer[(run_name, b) + tail] = (run_chunk, ref, plan.inner, b, starts[b], starts[b + 1], n,
+                                       tuple(sliced_names), sliced_keys[b], tuple(whole_names),
+                                       list(whole_keys), params_in, fresh, device, result)
+        if plugin.cells and result == "all":
             layer[(rows_name, b)] = (pick_rows, (run_name, b))
-    runs = da.Array(HighLevelGraph.from_collections(run_name, layer, dependencies=inputs), run_name,
-                    chunks=((1,) * len(sizes),), dtype=object, meta=np.empty((0,), dtype=object))
+    graph = HighLevelGraph.from_collections(run_name, layer, dependencies=inputs)
+    if result not in ("all", "rows"):
+        width = _width(plugin, bound, *outs[0])
+        chunks = (sizes,) if width is None else (sizes, (width,))
+        bound.results = {result: da.Array(graph, run_name, chunks=chunks, dtype=np.float64,
+                                          meta=np.empty((0,) * len(chunks), dtype=np.float64))}
+        return {}
+    runs = da.Array(graph, run_name, chunks=((1,) * len(sizes),), dtype=object, meta=np.empty((0,), dtype=object))
+    bound.results = _result_arrays(plugin, bound, outs, token, rows_name, sizes, runs)
+    return {}
+
+
+def _result_arrays(plugin, bound, outs, token, rows_name, sizes, runs):
+    """The output planes (a pick of each block's result) and the cells (one fold each)."""
+    import dask.array as da
+    from dask.highlevelgraph import HighLevelGraph
+    blocks = range(len(sizes))
     results = {}
+    for role, name in outs:
+        width = _width(plugin, bound, role, name)
+        out_name = keys.name(plugin.name, "out", f"{token}-{name}")
+        tail = () if width is None else (0,)
+        graph = HighLevelGraph.from_collections(
+            out_name, {(out_name, b) + tail: (pick_block, (run_name, b), name) for b in blocks},
+            dependencies=[runs])
+        chunks = (sizes,) if width is None else (sizes, (width,))
+        results[name] = da.Array(graph, out_name, chunks=chunks, dtype=np.float64,
+                                 meta=np.empty((0,) * len(chunks), dtype=np.float64))
     for role, name in plugin.arg_spec:
-        if name in bound.outputs:
-            width = role.width if role.kind == "Out" else (bound.values[name].shape[1]
-                                                           if bound.values[name].ndim == 2 else None)
-            out_name = keys.name(plugin.name, "out", f"{token}-{name}")
-            tail = () if width is None else (0,)
-            graph = HighLevelGraph.from_collections(
-                out_name, {(out_name, b) + tail: (pick_block, (run_name, b), name) for b in blocks},
-                dependencies=[runs])
-            chunks = (sizes,) if width is None else (sizes, (width,))
-            results[name] = da.Array(graph, out_name, chunks=chunks, dtype=np.float64,
-                                     meta=np.empty((0,) * len(chunks), dtype=np.float64))
-        elif role.kind == "Cell":
+        if role.kind == "Cell":
             cell_name = keys.name(plugin.name, "cell", f"{token}-{name}")
             graph = HighLevelGraph.from_collections(
                 cell_name, {(cell_name,): (fold_cell, role.op, name, [(rows_name, b) for b in blocks])},
                 dependencies=[runs])
             results[name] = da.Array(graph, cell_name, chunks=(), dtype=np.float64,
                                      meta=np.empty((), dtype=np.float64))
-    bound.results = results
-    return {}
+    return results
 
 
 def plan_result(plan, bound, rows):

@@ -93,8 +93,8 @@ def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **k
 
     With dask-cuda and a GPU: ``LocalCUDACluster`` (one worker per GPU, one thread each).
     Otherwise a ``LocalCluster`` of processes: ``n_workers`` (default one per CPU) of
-    ``threads_per_worker`` threads (default 1); each worker's eagle thread team takes that many
-    threads (``EAGLE_NUM_THREADS``).  Both counts are integers >= 1 (or None); workers are
+    ``threads_per_worker`` threads (default 1); a numpy-mode block's eagle team takes the
+    worker's threads, a lazy block one (``EAGLE_NUM_THREADS`` in ``env`` overrides both).  Both counts are integers >= 1 (or None); workers are
     processes (``processes=False`` is refused); ``env`` is a dict of environment variables for
     the workers.  Keyword arguments go to the cluster.
     Scheduler, workers and dashboard (its HTTP server, at a free port) listen on 127.0.0.1
@@ -118,7 +118,6 @@ def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **k
                          "workers in this process, start distributed.LocalCluster(processes=False) yourself "
                          "and pass structure=DaskPartition.on(Client(cluster))")
     env = _env(kwargs.pop("env", None))
-    env.setdefault("EAGLE_NUM_THREADS", str(threads))
     sec = tls.resolve(security, "local_cluster")
     kwargs["security"] = sec          # None: distributed's default, plain TCP
     kwargs.setdefault("host", LOOPBACK)
@@ -271,8 +270,6 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
     interface, dashboard_address = _network(comm, interface, dashboard_address)
     gpu = _pin_gpu(comm, 2)
     wclass, opts, threads = _worker_class(worker_class, nthreads, worker_options, gpu)
-    if comm.Get_rank() >= 2:
-        os.environ.setdefault("EAGLE_NUM_THREADS", str(threads))
     fields = _share_credentials(comm, security, "initialize", _roles_for_initialize(size))
     is_client = _dask_mpi(fields, interface=interface, nthreads=threads, local_directory=local_directory,
                           memory_limit=memory_limit, dashboard=dashboard, dashboard_address=dashboard_address,
@@ -347,7 +344,6 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
             await s.finished()
 
     async def worker(address):
-        os.environ.setdefault("EAGLE_NUM_THREADS", str(threads))
         cls = import_term(wclass)
         async with cls(address, interface=interface, nthreads=threads, name=rank, memory_limit=memory_limit,
                        local_directory=local_directory, security=sec, **opts) as w:

@@ -40,12 +40,13 @@ from concurrent.futures import CancelledError
 import numpy as np
 
 from eagle.bind import is_array
-from eagle.roles import TABLE
+from eagle.roles import OUTPUT_KINDS, TABLE
 from eagle.rows import split
 
 from . import keys
 from .progress import end_progress, show_progress
 from .ranks import worker_ranks
+from .shm import Elsewhere, SharedRun
 from .tables import lost, shared
 from .task import PluginRef, run_block
 
@@ -106,12 +107,14 @@ class Held:
 
 
 class _Block:
-    __slots__ = ("rank", "part", "future", "address", "whole", "attempts")
+    __slots__ = ("rank", "part", "future", "address", "whole", "attempts", "shared", "remote")
 
     def __init__(self, rank, part):
         self.rank, self.part = rank, part
         self.future = self.address = self.whole = None      # whole: the scattered planes it was given
         self.attempts = 0
+        self.shared = False         # its planes went through shared memory (``eagle_dask.shm``)
+        self.remote = False         # it ran on another host than its worker's: messages only
 
 
 class EagerRun:
@@ -152,10 +155,12 @@ class EagerRun:
         self._resubmitted = []
         self._old_whole = []
         self.failed_gathers = 0
+        self.shared = SharedRun(client, [self.table[b.rank].address for b in self.blocks], bound, self.sliced,
+                                self.whole, self.fresh, set(plugin.names(*OUTPUT_KINDS)), plugin.sliceable)
         try:
             if keys.reports_progress(self.tag):       # before the blocks start: they report as they go
                 self.bar = show_progress(client, self.tag, self.name, n, {b.rank: b.part.count for b in self.blocks})
-            self._scatter()
+            self._send_tables()
             with warnings.catch_warnings():
                 # the slices ride in the task on purpose (they survive a lost worker): not a graph to slim down
                 warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
@@ -163,11 +168,14 @@ class EagerRun:
                     self._submit(b, self.table[b.rank].address)
             Held.release_after_submit(client)
             self._supervise()
+            self.shared.finish([(b.part.base, b.part.stop) for b in self.blocks if b.shared])
         except BaseException:
             self._cancel()
             self._release()
             self._end_bar(False)
             raise
+        finally:
+            self.shared.close()
         self._end_bar(True)
         if HOLD > 0:
             Held.hold(client, self._futures())
@@ -175,9 +183,13 @@ class EagerRun:
             self._release()
         return self.structure._rows(plugin, self.rows_of)
 
-    def _scatter(self):
+    def _send_tables(self):
+        """Numpy tables to every worker, kept there across runs (``eagle_dask.tables``)."""
         if self.tables:
             self.table_f = shared(self.client, self.tables, self.structure.timeout)
+
+    def _scatter(self):
+        """Whole planes to every worker, for the blocks that do not read them from shared memory."""
         if self.whole:
             # every worker holds a replica: a block recomputed on a survivor finds its planes there
             if self.whole_f is not None:
@@ -188,12 +200,12 @@ class EagerRun:
 
     def _submit(self, b, address):
         p = b.part
-        sliced = {k: np.ascontiguousarray(v[p.base:p.stop]) for k, v in self.sliced.items()}
+        sliced, whole_f, fresh, shared = _transport(self, b, address)
         key = keys.block_key(self.name, self.tag, b.rank, b.attempts)
-        b.address, b.whole = address, self.whole_f
+        b.address, b.whole = address, whole_f
         b.future = self.client.submit(self.task, self.ref, self.plan.inner, b.rank, p.base, p.stop, self.bound.n,
-                                      sliced, self.whole_f, {**self.params, **self.table_f}, self.fresh,
-                                      self.device, key=key,
+                                      sliced, whole_f, {**self.params, **self.table_f}, fresh, self.device,
+                                      shared, key=key,
                                       workers=[address], allow_other_workers=True, pure=False)
 
     # -- supervising -----------------------------------------------------------------------
@@ -258,6 +270,8 @@ class EagerRun:
                         self.bar.finished(b.rank)
         for b in others:
             if b.future.status == "error":
+                if _elsewhere(self, b):
+                    continue
                 self._raise_error(b)
             self._cancelled(b)
         return again
@@ -269,8 +283,10 @@ class EagerRun:
             raise RuntimeError(f"DaskPartition: the client closed while kernel {self.name!r} ran; the blocks of "
                                f"rank(s) {left} were not computed and the output planes are incomplete")
         if (b.whole is not None and b.whole.status != "finished") or lost(self.table_f.values()):
-            if b.whole is self.whole_f or lost(self.table_f.values()):
-                self._scatter()                         # the planes were lost with every worker that held them
+            if lost(self.table_f.values()):
+                self._send_tables()                     # the tables were lost with every worker that held them
+            if b.whole is not None and b.whole is self.whole_f:
+                self._scatter()                         # and so were the whole planes
             self._again(b)
             self._resubmitted.append(b)
             return
@@ -371,3 +387,27 @@ class EagerRun:
 
     def _release(self):
         Held._release(self._futures())
+
+
+# -- transport: shared memory on the driver's host (``eagle_dask.shm``), messages elsewhere ------
+def _transport(run, b, address):
+    """(sliced planes, scattered whole planes, Outs to allocate, SharedPlanes or None) of block
+    ``b`` of ``run`` sent to ``address``."""
+    shared = run.shared.for_block(address, b.remote)
+    b.shared = shared is not None
+    if b.shared:
+        return {}, None, {}, shared
+    if run.whole and run.whole_f is None:
+        run._scatter()
+    sliced = {k: np.ascontiguousarray(v[b.part.base:b.part.stop]) for k, v in run.sliced.items()}
+    return sliced, run.whole_f, run.fresh, None
+
+
+def _elsewhere(run, b):
+    """A shared-memory block the scheduler ran on another host: sent again through the messages."""
+    if not b.shared or not isinstance(b.future.exception(), Elsewhere):
+        return False
+    b.remote = True
+    run._again(b)
+    run._resubmitted.append(b)
+    return True

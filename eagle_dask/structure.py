@@ -51,20 +51,24 @@ class _DaskPartition(Structure):
     workers = None
     progress = None
     timeout = DEFAULT_TIMEOUT
+    min_block = None
 
-    def on(self, client=None, *, workers=None, progress=None, timeout=DEFAULT_TIMEOUT):
+    def on(self, client=None, *, workers=None, progress=None, timeout=DEFAULT_TIMEOUT, min_block=None):
         """This structure bound to ``client``.
 
         ``workers``: addresses or names of the workers to use as ranks (default all).
         ``progress``: show a progress bar (default: in a notebook or a terminal, unless
         ``EAGLE_DASK_PROGRESS=0``).  ``timeout``: seconds without any worker before a run
         raises ``TimeoutError`` instead of waiting for one (a finite number > 0).
+        ``min_block``: the samples a lazy run's block holds at least, neighbouring chunks joined
+        (default ``eagle_dask.arrays.MIN_BLOCK``; 1 keeps the chunks' own boundaries).
         """
         bound = _BoundDaskPartition()
         bound.client = _check_client(client)
         bound.workers = _check_workers(workers)
         bound.progress = _check_progress(progress)
         bound.timeout = _check_timeout(timeout)
+        bound.min_block = _check_min_block(min_block)
         return bound
 
     def get_client(self, kernel=None):
@@ -171,6 +175,15 @@ def _check_progress(progress):
         return None if progress is None else bool(progress)
     raise TypeError(f"DaskPartition.on(progress={progress!r}): progress is True, False or None (None: a bar "
                     "in a notebook or a terminal)")
+
+
+def _check_min_block(min_block):
+    if min_block is None:
+        return None
+    if not is_count(min_block) or int(min_block) < 1:
+        raise ValueError(f"DaskPartition.on(min_block={min_block!r}): min_block is the samples a lazy block holds "
+                         "at least: an integer >= 1 (or None for the default)")
+    return int(min_block)
 
 
 def _check_timeout(timeout):

@@ -39,7 +39,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from eagle.errors import with_place
-from eagle.host import MIN_TILE, host_entry, num_threads
+from eagle.host import MIN_TILE, host_entry, num_threads, thread_budget
 from eagle.local import DeviceKernel, HostTeam
 from eagle.plugin import Plugin
 from eagle.roles import OUTPUT_KINDS
@@ -47,11 +47,15 @@ from eagle.rows import ROW, fold
 
 from .cancel import Abandoned, watching
 from .progress import report_piece
+from .shm import SharedPlanes
 
 #: what recent tasks of this worker received: (kernel, rank, start, stop, worker, {plane: length})
 #: -- a debugging record, read with ``client.run(eagle_dask.task.received)``; lazy blocks are
 #: recorded with the rank ``"block b"``
 RECEIVED = collections.deque(maxlen=256)
+#: the thread team of recent tasks of this worker: (kernel, rank or block, threads), read with
+#: ``client.run(eagle_dask.task.teams)``
+TEAMS = collections.deque(maxlen=256)
 
 #: the first piece of a host block on one thread (samples, whole rows), and the time a piece
 #: aims at once the first is measured
@@ -109,6 +113,11 @@ def received():
 
 def clear_received():
     RECEIVED.clear()
+    TEAMS.clear()
+
+
+def teams():
+    return list(TEAMS)
 
 
 def _worker():
@@ -187,16 +196,19 @@ def _piece(inner, wanted):
     return nullcontext() if task is None else watching(lambda: _wanted(*task))
 
 
-def _run(plugin, inner, label, start, stop, n, sliced, whole, params, fresh, device):
+def _run(plugin, inner, label, start, stop, n, sliced, whole, params, fresh, device, in_place=None):
     """The core of a block: planes set up, the kernel run, (output blocks, row partials) returned.
 
     Every plane the kernel writes is copied first: a task's arguments may be run again (a
     task the worker is asked for again, a lazy block's chunks shared with other tasks), and
-    must be found as they were."""
+    must be found as they were.  ``in_place``: output planes written where they lie (shares of
+    the driver's shared-memory segments, ``eagle_dask.shm``), not returned."""
     plugin = plugin_of(plugin, inner)
     worker = _worker_address()
+    in_place = in_place or {}
     RECEIVED.append((plugin.name, label, start, stop, worker,
-                     {k: int(v.shape[0]) for k, v in {**(whole or {}), **sliced}.items()}))
+                     {k: int(v.shape[0]) for k, v in {**(whole or {}), **sliced, **in_place}.items()}))
+    TEAMS.append((plugin.name, label, num_threads()))
     values = dict(params)
     outputs = plugin.names(*OUTPUT_KINDS)
     sliceable = plugin.sliceable
@@ -209,6 +221,7 @@ def _run(plugin, inner, label, start, stop, n, sliced, whole, params, fresh, dev
         count = stop - start if name in sliceable else n
         shape = (count,) if width is None else (count, width)
         values[name] = _device_zeros(shape, dtype, device) if on_gpu else np.zeros(shape, dtype=dtype)
+    values.update(in_place)
     if stop > start:
         try:
             rows = run_pieces(inner, plugin, values, start, stop, po=start, device=device)
@@ -223,6 +236,8 @@ def _run(plugin, inner, label, start, stop, n, sliced, whole, params, fresh, dev
         rows = {c: np.zeros((0, 2)) for c in plugin.cells}
     blocks = {}
     for name in outputs:
+        if name in in_place:
+            continue
         v = values[name]
         if not _on_device(v):
             v = np.asarray(v)
@@ -245,24 +260,60 @@ def _device_zeros(shape, dtype, device):
     return device_zeros(0 if device is None else device)(shape, dtype)
 
 
-def run_block(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device=None):
+def run_block(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device=None, shared=None):
     """Run rank ``rank``'s samples ``[start, stop)``; return (output blocks, row partials).
 
     ``sliced``: sliceable planes, samples ``[start, stop)`` only.  ``whole``: the other planes
     (shared by the tasks of this worker).  ``fresh``: Out planes to allocate here,
-    ``{name: (width, dtype)}``.
+    ``{name: (width, dtype)}``.  ``shared``: a ``SharedPlanes`` (a worker on the driver's host):
+    the planes are mapped from the driver's segments and the outputs written there.  The team
+    takes the threads Dask gave this worker (``worker_threads``).
     """
-    return _run(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device)
+    in_place = None
+    if isinstance(shared, SharedPlanes):
+        more_sliced, more_whole, in_place = shared.open(start, stop)
+        sliced, whole = {**sliced, **more_sliced}, {**(whole or {}), **more_whole}
+    with thread_budget(worker_threads()):
+        return _run(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device, in_place)
+
+
+def worker_threads() -> int:
+    """The threads Dask gave this worker (1 outside a worker)."""
+    w = _worker()
+    state = getattr(w, "state", None)
+    return int(getattr(state, "nthreads", None) or getattr(w, "nthreads", None) or 1)
 
 
 # -- the lazy mode's tasks ---------------------------------------------------------------------
 def run_chunk(plugin, inner, block, start, stop, n, sliced_names, sliced, whole_names, whole, params, fresh,
-              device=None):
-    """Block ``block`` (samples ``[start, stop)``) of a lazy run: ``sliced`` and ``whole`` are the
-    chunks and the assembled planes, in the order of their names; none of them is written."""
+              device=None, result="all"):
+    """Block ``block`` (samples ``[start, stop)``) of a lazy run.  ``sliced``: per sliced plane,
+    ``[chunks, lo, hi]``: the chunks that overlap the block and where it lies in them;
+    ``whole``: the assembled planes, in the order of ``whole_names``; none of them is written.
+    ``result``: ``"all"`` (output blocks, row partials), ``"rows"`` (the row partials), or the
+    name of the one output plane (its block).  The team takes one thread (``EAGLE_NUM_THREADS``
+    says otherwise): several blocks run at once on a worker of several threads."""
     label = f"block {block} (samples [{start}, {stop}))"
-    return _run(plugin, inner, label, start, stop, n, dict(zip(sliced_names, sliced)),
-                dict(zip(whole_names, whole)), params, fresh, device)
+    planes = {name: _assemble(*piece) for name, piece in zip(sliced_names, sliced)}
+    with thread_budget(1):
+        out = _run(plugin, inner, label, start, stop, n, planes, dict(zip(whole_names, whole)), params, fresh,
+                   device)
+    if result == "all":
+        return out
+    return out[1] if result == "rows" else out[0][result]
+
+
+def _assemble(chunks, lo, hi):
+    """Samples ``[lo, hi)`` of the concatenation of ``chunks`` (a view when one chunk holds them)."""
+    if len(chunks) == 1:
+        return chunks[0][lo:hi]
+    pieces, at = [], 0
+    for c in chunks:
+        a, b = max(lo - at, 0), min(hi - at, len(c))
+        if b > a:
+            pieces.append(c[a:b])
+        at += len(c)
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
 
 def pick_block(result, name):

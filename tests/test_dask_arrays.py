@@ -64,8 +64,12 @@ def records(client):
     return [rec for recs in answers.values() if not isinstance(recs, BaseException) for rec in recs]
 
 
-def lazy_plan(plugin, **kw):
-    return eplan.plan(plugin, structure=DaskPartition.on(progress=False), **kw)
+def lazy_plan(plugin, min_block=None, **kw):
+    return eplan.plan(plugin, structure=DaskPartition.on(progress=False, min_block=min_block), **kw)
+
+
+#: blocks at the chunks' own boundaries (no neighbours joined): what the tests below look at
+AT_CHUNKS = 1
 
 
 CHUNKINGS = {"one chunk": 301, "regular": 100, "irregular": (50, 200, 51), "tiny": 7}
@@ -91,7 +95,7 @@ def test_same_bits_as_one_process_at_any_chunking(client, name):
     plugin = eagle.deploy(K.CASES[name][0])
     n = 301
     ref = K.one_process(name, n)
-    p = lazy_plan(plugin)
+    p = lazy_plan(plugin, min_block=AT_CHUNKS)
     for label, chunks in CHUNKINGS.items():
         planes = as_dask(K.inputs(name, n), chunks)
         out = K.as_dict(plugin, p.run(**planes))
@@ -125,7 +129,7 @@ def test_one_task_per_block_where_its_chunk_lies(client):
     distributed.wait(x)
     where = {key[1]: sorted(addrs)[0] for key, addrs in client.who_has(x).items()}
     client.run(task.clear_received)
-    y = lazy_plan(plugin).run(x=x, a=2.0, b=1.0)
+    y = lazy_plan(plugin, min_block=AT_CHUNKS).run(x=x, a=2.0, b=1.0)
     assert records(client) == []                                   # nothing has run yet
     got = y.compute()
     recs = [r for r in records(client) if r[0] == plugin.name]
@@ -155,7 +159,8 @@ def test_vector_planes_chunked_along_samples(client):
     n = 301
     ref = K.one_process("vectors", n)
     planes = K.inputs("vectors", n)
-    out = lazy_plan(plugin).run(p=da.from_array(planes["p"], chunks=(64, 3)), scale=planes["scale"])
+    out = lazy_plan(plugin, min_block=AT_CHUNKS).run(p=da.from_array(planes["p"], chunks=(64, 3)),
+                                                     scale=planes["scale"])
     assert out["q"].chunks == ((64, 64, 64, 64, 45), (3,))
     assert K.same_bits(ref, computed(out))
 
@@ -168,7 +173,7 @@ def test_whole_planes_assembled_on_the_cluster(client):
     ref = K.one_process("stencil", n)
     x = da.from_array(K.inputs("stencil", n)["x"], chunks=10_000).persist()
     client.run(task.clear_received)
-    y = lazy_plan(plugin).run(x=x)
+    y = lazy_plan(plugin, min_block=AT_CHUNKS).run(x=x)
     assert len(pickle.dumps(dict(y.__dask_graph__()))) < 100_000
     assert K.same_bits(ref["y"], y.compute())
     recs = [r for r in records(client) if r[0] == plugin.name]
@@ -204,7 +209,7 @@ def test_lazy_a_raising_kernel_raises_at_compute(client):
     plugin = eagle.deploy(K.picky)
     x = np.ones(400)
     x[250] = -1.0
-    y = lazy_plan(plugin).run(x=da.from_array(x, chunks=100))       # builds the graph only
+    y = lazy_plan(plugin, min_block=AT_CHUNKS).run(x=da.from_array(x, chunks=100))   # builds the graph only
     assert isinstance(y, da.Array)
     with pytest.raises(ValueError) as err:
         y.compute()

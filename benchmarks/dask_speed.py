@@ -1,0 +1,401 @@
+"""Dask at the speed of one process: every row of the table, ours against its reference.
+
+    python -m benchmarks.dask_speed                  # the sizes of the table (several minutes on 2 cores)
+    python -m benchmarks.dask_speed --quick          # 10x smaller, a couple of minutes
+    python -m benchmarks.dask_speed --out DIR        # where results.csv / .png / .txt go
+
+Each row runs its arms alternated, round after round, on fresh inputs every round, and reports
+medians; every arm's outputs are checked bit for bit against one process:
+
+1. **readme demo** -- the oscillator, 10^6 samples x 1000 steps, numpy mode on 2 workers
+   (shared memory; and the messages, ``EAGLE_DASK_SHM=0``) / one process with 2 threads;
+2. **tiny run** -- 10^4 samples, 1 step, numpy mode (goal: a fixed cost under 12 ms);
+3. **lazy, 2 chunks** -- the same oscillator on persisted dask arrays, outputs persisted / one process;
+4. **lazy, chunks of 1000** -- 10^6 samples (100 steps) with a cell, inputs persisted, against
+   ``map_blocks`` over a numba loop + dask's ``sum``; the tasks each adds to the graph;
+5. **chunks of 333 / of 31** -- the same at those chunkings, / the chunks-of-1000 time (the
+   inputs of chunks of 31 are ~10^5 keys: skipped, with a note, when making and persisting them
+   would take over ``--persist-budget`` seconds, estimated from those of chunks of 333);
+6. **a user's LocalCluster** -- ``distributed.LocalCluster(n_workers=2, threads_per_worker=1)``
+   against ``eagle_dask.local_cluster(n_workers=2)``, the readme demo, and the teams' threads;
+7. **first run, empty cache** -- a fresh 2-worker cluster's first run / a first HostTeam run,
+   each with an empty cache (one round: it compiles).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+import numpy as np
+
+import eagle
+import eagle.exec as eexec
+from eagle import plan as eplan
+from eagle.bits import same_bits
+from eagle.models import oscillator
+
+from . import report
+from .dask_arrays import _osc_map_blocks, fresh, persisted
+from .kernels import DT
+
+GOALS = {"readme demo": 1.25, "tiny run": 0.012, "lazy, 2 chunks": 1.10, "lazy, chunks of 1000": 1.0,
+         "chunks of 333": 1.5, "chunks of 31": 1.5, "a user's LocalCluster": 1.05, "first run, empty cache": 1.2}
+
+
+def oscillators(n, steps, seed):
+    rng = np.random.default_rng(seed)
+    return {"omega": rng.uniform(0.5, 2.0, n), "dt": DT, "steps": steps, "x": np.ones(n), "v": np.zeros(n)}
+
+
+def timed(f):
+    t = time.perf_counter()
+    out = f()
+    return time.perf_counter() - t, out
+
+
+def alternate(arms, rounds):
+    """{arm: [seconds]} and each arm's last output; ``arms[k](seed)`` returns (seconds, output)."""
+    times, last = {k: [] for k in arms}, {}
+    for r in range(rounds):
+        for k, f in arms.items():
+            t, last[k] = f(1000 + r)
+            times[k].append(t)
+    return times, last
+
+
+def row(name, arm, workers, n, times, identical, note=""):
+    med = statistics.median(times)
+    return report.Row(name, arm, workers, n, repeats=len(times), median_s=med, spread_s=max(times) - min(times),
+                      identical="yes" if identical else "no", note=note)
+
+
+class Shm:
+    """Shared memory on (default) or off (``EAGLE_DASK_SHM=0``: the messages) while a run goes."""
+
+    def __init__(self, on):
+        self.on = on
+
+    def __enter__(self):
+        self.old = os.environ.get("EAGLE_DASK_SHM")
+        os.environ["EAGLE_DASK_SHM"] = "1" if self.on else "0"
+
+    def __exit__(self, *exc):
+        if self.old is None:
+            os.environ.pop("EAGLE_DASK_SHM", None)
+        else:
+            os.environ["EAGLE_DASK_SHM"] = self.old
+
+
+def numpy_mode_rows(client, n, steps, rounds, tiny_rounds):
+    from eagle_dask import DaskPartition
+    plugin = eagle.deploy(oscillator)
+    one = eplan.plan(plugin, structure=eexec.HostTeam)
+    dask_plan = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False))
+
+    def arm(p, on=True, size=n, k=steps):
+        def go(seed):
+            d = oscillators(size, k, seed)
+            with Shm(on):
+                return timed(lambda: p.run(**d))
+        return go
+
+    for f in (arm(one), arm(dask_plan), arm(dask_plan, False)):
+        f(0)                                                                   # warm: compile, connect
+    times, last = alternate({"one process": arm(one), "numpy mode, shared memory": arm(dask_plan),
+                             "numpy mode, messages": arm(dask_plan, False)}, rounds)
+    ref = one.run(**oscillators(n, steps, 1000 + rounds - 1))
+    rows = [row("readme demo", k, 1 if k == "one process" else 2, n, t, same_bits(ref, last[k]))
+            for k, t in times.items()]
+    tiny, tlast = alternate({"numpy mode, shared memory": arm(dask_plan, True, 10**4, 1),
+                             "numpy mode, messages": arm(dask_plan, False, 10**4, 1)}, tiny_rounds)
+    tref = one.run(**oscillators(10**4, 1, 1000 + tiny_rounds - 1))
+    rows += [row("tiny run", k, 2, 10**4, t, same_bits(tref, tlast[k])) for k, t in tiny.items()]
+    return rows
+
+
+def lazy_two_chunks(client, n, steps, rounds):
+    from eagle_dask import DaskPartition
+    plugin = eagle.deploy(oscillator)
+    one = eplan.plan(plugin, structure=eexec.HostTeam)
+    p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False))
+    chunks = -(-n // 2)
+
+    def lazy(seed):
+        d = oscillators(n, steps, seed)
+        w, x, v = fresh(client, [d["omega"], d["x"], d["v"]], chunks)
+        return timed(lambda: client.gather(persisted(client, list(p.run(omega=w, dt=DT, steps=steps, x=x,
+                                                                            v=v).values()))))
+
+    def one_arm(seed):
+        d = oscillators(n, steps, seed)
+        return timed(lambda: one.run(**d))
+
+    lazy(0)
+    one_arm(0)
+    times, last = alternate({"one process": one_arm, "lazy, 2 chunks, persisted": lazy}, rounds)
+    ref = one.run(**oscillators(n, steps, 1000 + rounds - 1))
+    got = dict(zip(("x", "v", "energy"), last["lazy, 2 chunks, persisted"]))
+    return [row("lazy, 2 chunks", k, 1 if k == "one process" else 2, n, t,
+                same_bits(ref, got if k != "one process" else last[k])) for k, t in times.items()]
+
+
+def added_tasks(outs, inputs):
+    keys = {k for v in outs for k in dict(v.__dask_graph__())}
+    return len(keys - {k for v in inputs for k in dict(v.__dask_graph__())})
+
+
+def persisted_within(client, arrays, budget):
+    """``arrays`` persisted on the workers within ``budget`` seconds, else None (cancelled)."""
+    from distributed import TimeoutError as DaskTimeout
+    from distributed import wait
+    out = client.persist(arrays)
+    try:
+        wait(out, timeout=budget)
+    except (DaskTimeout, TimeoutError):
+        client.cancel(out)
+        return None
+    return out
+
+
+def inputs_at(client, d, chunks, budget=None):
+    import dask.array as da
+    tag = uuid.uuid4().hex[:8]
+    arrays = [da.from_array(d[k], chunks=chunks, name=f"speed-{k}-{tag}") for k in ("omega", "x", "v")]
+    if budget is None:
+        return persisted(client, arrays)
+    return persisted_within(client, arrays, budget)
+
+
+def chunked_rows(client, n, steps, rounds, budget):
+    """Rows 4 and 5: eagle at chunks of 1000, 333 (and 31) against map_blocks + sum at 1000."""
+    import warnings
+    from eagle_dask import DaskPartition
+    plugin = eagle.deploy(oscillator)
+    p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False))
+    counts = {}
+
+    def eagle_arm(chunks):
+        def go(seed):
+            w, x, v = inputs_at(client, oscillators(n, steps, seed), chunks)
+            out = p.run(omega=w, dt=DT, steps=steps, x=x, v=v)
+            counts[f"eagle, chunks of {chunks}"] = added_tasks(out.values(), [w, x, v])
+            return timed(lambda: client.gather(persisted(client, list(out.values()))))
+        return go
+
+    def map_blocks_arm(seed):
+        w, x, v = inputs_at(client, oscillators(n, steps, seed), 1000)
+        outs = _osc_map_blocks(w, x, v, steps)
+        counts["map_blocks + sum, chunks of 1000"] = added_tasks(outs, [w, x, v])
+        return timed(lambda: client.gather(persisted(client, outs)))
+
+    arms = {"eagle, chunks of 1000": eagle_arm(1000), "map_blocks + sum, chunks of 1000": map_blocks_arm,
+            "eagle, chunks of 333": eagle_arm(333)}
+    note31 = ""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+        # the inputs in chunks of 31 are ~3 n / 31 keys: their cost is estimated from those of 333
+        t333, probe = timed(lambda: inputs_at(client, oscillators(n, steps, 0), 333))
+        client.cancel(probe)
+        estimate = t333 * 333 / 31
+        if estimate > budget:
+            note31 = (f"making and persisting the inputs in chunks of 31 ({3 * -(-n // 31)} keys) would take about "
+                      f"{estimate:.0f} s a round here (from {t333:.1f} s at chunks of 333), over the "
+                      f"{budget:g} s budget: the scheduler's cost per key, before eagle runs")
+        else:
+            arms["eagle, chunks of 31"] = eagle_arm(31)
+        for f in arms.values():
+            f(0)                                                                # warm
+        times, last = alternate(arms, rounds)
+    ref = eplan.plan(plugin, structure=eexec.HostTeam).run(**oscillators(n, steps, 1000 + rounds - 1))
+    rows = []
+    for k, ts in times.items():
+        got = dict(zip(("x", "v", "energy"), last[k]))
+        same = same_bits(ref, got) if k.startswith("eagle") else same_bits({"x": ref["x"], "v": ref["v"]},
+                                                                             {"x": got["x"], "v": got["v"]})
+        label = "lazy, chunks of 1000" if k.endswith("1000") else f"chunks of {k.rsplit(' ', 1)[1]}"
+        extra = "" if k.startswith("eagle") else "; x, v compared (dask's sum folds in a tree of the chunks)"
+        rows.append(row(label, k, 2, n, ts, same, f"{counts.get(k, 0)} tasks added{extra}"))
+    if note31:
+        rows.append(report.skipped("chunks of 31", "eagle, chunks of 31", 2, n, note31))
+    return rows
+
+
+def user_cluster_row(client, n, steps, rounds):
+    """Row 6: a user's own LocalCluster against eagle's local_cluster, and the teams' threads."""
+    from distributed import Client, LocalCluster
+    from eagle_dask import DaskPartition, task
+    plugin = eagle.deploy(oscillator)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster, set_as_default=False) as user:
+        user.wait_for_workers(2, timeout=120)
+        plans = {"eagle's local_cluster(n_workers=2)": eplan.plan(
+                     plugin, structure=DaskPartition.on(client, progress=False)),
+                 "LocalCluster(n_workers=2, threads_per_worker=1)": eplan.plan(
+                     plugin, structure=DaskPartition.on(user, progress=False))}
+        arms = {k: (lambda p: lambda seed: timed(lambda: p.run(**oscillators(n, steps, seed))))(p)
+                for k, p in plans.items()}
+        for f in arms.values():
+            f(0)
+        user.run(task.clear_received)
+        times, last = alternate(arms, rounds)
+        threads = sorted({t for ts in user.run(task.teams).values() for _, _, t in ts})
+    ref = eplan.plan(plugin, structure=eexec.HostTeam).run(**oscillators(n, steps, 1000 + rounds - 1))
+    return [row("a user's LocalCluster", k, 2, n, t, same_bits(ref, last[k]),
+                f"teams of {threads} thread(s) on 1-thread workers" if k.startswith("LocalCluster") else "")
+            for k, t in times.items()]
+
+
+FIRST = """
+import sys, time, numpy as np
+import eagle, eagle.exec as eexec
+from eagle import plan as eplan
+from eagle.models import oscillator
+n, steps = int(sys.argv[1]), int(sys.argv[2])
+d = dict(omega=np.linspace(0.5, 2.0, n), dt=1e-3, steps=steps, x=np.ones(n), v=np.zeros(n))
+if __name__ == "__main__":
+    if sys.argv[3] == "cluster":
+        import eagle_dask
+        from eagle_dask import DaskPartition
+        c = eagle_dask.local_cluster(n_workers=2)
+        c.wait_for_workers(2, timeout=120)
+        s = DaskPartition.on(c, progress=False)
+    else:
+        s = eexec.HostTeam
+    t = time.perf_counter()
+    eplan.plan(eagle.deploy(oscillator), structure=s).run(**d)
+    print(time.perf_counter() - t)
+    if sys.argv[3] == "cluster":
+        c.close()
+"""
+
+
+def first_run_row(n, steps):
+    """Row 7: first runs with an empty cache, each in a new process (one round: they compile)."""
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = {}
+    for arm in ("host", "cluster"):
+        with tempfile.TemporaryDirectory() as cache:
+            os.chmod(cache, 0o700)
+            env = {**os.environ, "EAGLE_CACHE_DIR": cache, "PYTHONPATH": root}
+            done = subprocess.run([sys.executable, "-c", FIRST, str(n), str(steps), arm], capture_output=True,
+                                  text=True, timeout=600, env=env, cwd=root)
+            out[arm] = float(done.stdout.split()[-1]) if done.returncode == 0 else float("nan")
+    note = "one round; compiling once per host is a change of its own"
+    return [report.Row("first run, empty cache", "first HostTeam run", 1, n, 1, out["host"], 0.0, note=note),
+            report.Row("first run, empty cache", "first run, fresh 2-worker cluster", 2, n, 1, out["cluster"], 0.0,
+                       note=note)]
+
+
+#: each row's figure: (row, ours, reference or None for an absolute figure in seconds)
+FIGURES = [("readme demo", "numpy mode, shared memory", "one process"),
+           ("tiny run", "numpy mode, shared memory", None),
+           ("lazy, 2 chunks", "lazy, 2 chunks, persisted", "one process"),
+           ("lazy, chunks of 1000", "eagle, chunks of 1000", "map_blocks + sum, chunks of 1000"),
+           ("chunks of 333", "eagle, chunks of 333", ("lazy, chunks of 1000", "eagle, chunks of 1000")),
+           ("chunks of 31", "eagle, chunks of 31", ("lazy, chunks of 1000", "eagle, chunks of 1000")),
+           ("a user's LocalCluster", "LocalCluster(n_workers=2, threads_per_worker=1)",
+            "eagle's local_cluster(n_workers=2)"),
+           ("first run, empty cache", "first run, fresh 2-worker cluster", "first HostTeam run")]
+
+
+def figures(rows):
+    """[(row, figure, goal, unit)]: ratios ours / reference, the tiny run in seconds."""
+    med = {(r.kernel, r.arm): r.median_s for r in rows if r.ran}
+    out = []
+    for name, ours, ref in FIGURES:
+        mine = med.get((name, ours))
+        if mine is None:
+            continue
+        if ref is None:
+            out.append((name, mine, GOALS[name], "s"))
+            continue
+        base = med.get(ref if isinstance(ref, tuple) else (name, ref))
+        if base:
+            out.append((name, mine / base, GOALS[name], "x"))
+    return out
+
+
+def summary(figs):
+    lines = ["", "figure against its goal:"]
+    for name, value, goal, unit in figs:
+        shown = f"{1e3 * value:.1f} ms (goal <= {1e3 * goal:g} ms)" if unit == "s" else \
+            f"{value:.2f}x (goal <= {goal:g}x)"
+        lines.append(f"  {name:28s} {shown:34s} {'met' if value <= goal else 'MISSED'}")
+    return "\n".join(lines)
+
+
+def plot(figs, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot"
+    if not figs:
+        return "nothing ran: no plot"
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    names = [f[0] for f in figs]
+    vals = [f[1] / f[2] for f in figs]
+    ax.barh(names, vals, color=["tab:green" if v <= 1 else "tab:red" for v in vals])
+    ax.axvline(1.0, color="k", lw=1)
+    ax.set_xlabel("figure / goal (<= 1 meets the goal)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.dask_speed", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="10x smaller sizes, fewer rounds")
+    ap.add_argument("--rounds", type=int, default=None, help="alternated rounds per row (default 9; quick 3)")
+    ap.add_argument("--persist-budget", type=float, default=30.0,
+                    help="seconds the chunks-of-31 inputs may take to make and persist, estimated from those of "
+                         "333, before that row is skipped")
+    ap.add_argument("--skip-first-run", action="store_true", help="leave out row 7 (two fresh processes)")
+    ap.add_argument("--out", default="bench-out/dask_speed", help="folder for results.csv/png/txt")
+    a = ap.parse_args(argv)
+    rounds = a.rounds or (3 if a.quick else 9)
+    n = 10**5 if a.quick else 10**6
+    import eagle_dask
+    client = eagle_dask.local_cluster(n_workers=2)
+    rows = []
+    steps = {
+        "numpy mode": lambda: numpy_mode_rows(client, n, 1000, rounds, 15),
+        "lazy, 2 chunks": lambda: lazy_two_chunks(client, n, 1000, rounds),
+        "chunked": lambda: chunked_rows(client, n, 100, max(3, rounds // 3), a.persist_budget),
+        "user cluster": lambda: user_cluster_row(client, n, 1000, rounds),
+    }
+    try:
+        client.wait_for_workers(2, timeout=120)
+        for name, f in steps.items():
+            new = f()
+            rows += new
+            print(report.table(new))
+            sys.stdout.flush()
+    finally:
+        client.close()
+    if not a.skip_first_run:
+        rows += first_run_row(n, 1000)
+    figs = figures(rows)
+    note = summary(figs)
+    print(report.table(rows))
+    print(note)
+    os.makedirs(a.out, exist_ok=True)
+    report.write_csv(rows, os.path.join(a.out, "results.csv"))
+    png = plot(figs, os.path.join(a.out, "results.png"))
+    with open(os.path.join(a.out, "results.txt"), "w") as f:
+        f.write(report.table(rows, note_width=10**6) + "\n" + note + "\n")
+    print(f"wrote {a.out}/results.csv, {png}, {a.out}/results.txt")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
