@@ -126,7 +126,7 @@ def test_async_client_numpy_mode_returns_an_awaitable(client):
     d = K.inputs("oscillator", 5000)
 
     async def main():
-        async with Client(client.scheduler.address, asynchronous=True) as ac:
+        async with Client(client.scheduler.address, security=client.security, asynchronous=True) as ac:
             p = eplan.plan(kernel, structure=DaskPartition.on(ac, progress=False))
             pending = p.run(**{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in d.items()})
             assert not isinstance(pending, dict), "an asynchronous client's run must not block the loop"
@@ -145,7 +145,7 @@ def test_async_client_numpy_mode_returns_an_awaitable(client):
 
 def test_a_closed_client_is_named_with_what_to_do(client):
     from distributed import Client
-    other = Client(client.scheduler.address, set_as_default=False)
+    other = Client(client.scheduler.address, security=client.security, set_as_default=False)
     other.close()
     p = eplan.plan(oscillator, structure=DaskPartition.on(other, progress=False))
     with pytest.raises(RuntimeError) as err:
@@ -200,7 +200,7 @@ def _executing(client):
 def test_a_cancelled_run_frees_its_workers(client, how):
     from distributed import Client, Future
     long = oscillators(262_144, 3_000_000)          # about a minute of work: ~0.2 ms a sample
-    driver = client if how == "cancel" else Client(client.scheduler.address, set_as_default=False)
+    driver = client if how == "cancel" else Client(client.scheduler.address, security=client.security, set_as_default=False)
     p = eplan.plan(oscillator, structure=DaskPartition.on(driver, progress=False))
     p.run(**oscillators(64, 1))
     th, box = run_in_thread(p, long)
