@@ -28,6 +28,7 @@ import numpy as np
 from . import __version__
 from .bounds import AT, ERR
 from .freeze import const_value
+from .interrupt import is_poll
 from .roles import PLANE_KINDS
 from .rows import scratch_name
 
@@ -95,15 +96,17 @@ def body_function(plugin, name="_eagle_body") -> str:
 
 def user_lines(plugin, module_source: str, name="_eagle_body") -> dict:
     """Lines of the generated body in ``module_source`` -> the user's lines of the same statements
-    (the rewrite changes expressions only, so both walk the same statements in the same order)."""
-    lines = module_source.splitlines()
-    start = next((k for k, text in enumerate(lines, 1) if text.startswith(f"def {name}(")), None)
-    if start is None:
+    (the rewrite changes expressions only, so both walk the same statements in the same order;
+    the statements the host adds to the body, its polls, are left out: ``eagle.interrupt``)."""
+    fdef = next((n for n in ast.parse(module_source).body
+                 if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if fdef is None:
         return {}
-    ours = [n for n in ast.walk(ast.parse(body_function(plugin, name)).body[0]) if isinstance(n, ast.stmt)]
+    added = {id(m) for n in ast.walk(fdef) if isinstance(n, ast.stmt) and is_poll(n) for m in ast.walk(n)}
+    ours = [n for n in ast.walk(fdef) if isinstance(n, ast.stmt) and id(n) not in added]
     theirs = [n for n in ast.walk(ast.parse(plugin.source).body[0]) if isinstance(n, ast.stmt)]
     first = plugin.manifest.get("first_line", 1)
-    return {start + a.lineno - 1: first + b.lineno - 1 for a, b in zip(ours, theirs)}
+    return {a.lineno: first + b.lineno - 1 for a, b in zip(ours, theirs)}
 
 
 def globals_source(plugin, helper_decorator=None) -> str:

@@ -9,6 +9,7 @@ the first error in sample order.  The compiled entry is built once per process a
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -24,16 +25,20 @@ from .bounds import index_error, new_record, raised_record
 from .codegen import load_module, user_lines
 from .errors import compile_error, kernel_error
 from .host_codegen import host_source, simd_source
+from .interrupt import new_progress, stop
 from .lanes import choose
 from .simd import choose as simd_choose, refusal as simd_refusal
 from .rows import ROW, check_row_start, identity_rows, row_span
 
 _ENTRIES = {}
+_BUILDING = {}          # plugin key -> the lock held while its entry is built
 _LOCK = threading.Lock()
 _POOL = None
+_POOL_THREADS = 0
 MIN_TILE = 2048
-#: seconds an interrupted run waits for its tiles to stop
-STOP_WAIT = 10.0
+#: seconds an interrupted run waits for its tiles to stop (their loops poll the stop flag every few
+#: thousand iterations: ``eagle.interrupt``)
+STOP_WAIT = 1.0
 
 
 def cpu_count() -> int:
@@ -58,14 +63,18 @@ def num_threads() -> int:
     return cpu_count()
 
 
-def _pool(threads: int) -> ThreadPoolExecutor:
-    global _POOL
+def _submit(threads: int, calls: list) -> list:
+    """Submit ``calls`` (functions of no argument) to the shared team of at least ``threads``
+    threads.  The team grows by a new pool replacing the old one, which finishes what it was given;
+    submitting under the same lock as the replacement, no caller ever submits to a pool shut down."""
+    global _POOL, _POOL_THREADS
     with _LOCK:
-        if _POOL is None or _POOL._max_workers < threads:
+        if _POOL is None or _POOL_THREADS < threads:
             if _POOL is not None:
                 _POOL.shutdown(wait=False)
             _POOL = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="eagle-team")
-        return _POOL
+            _POOL_THREADS = threads
+        return [_POOL.submit(c) for c in calls]
 
 
 def tiles(start: int, stop: int, threads: int, rows: bool) -> list[tuple[int, int]]:
@@ -83,7 +92,7 @@ def tiles(start: int, stop: int, threads: int, rows: bool) -> list[tuple[int, in
 class HostEntry:
     """The compiled host loop of one plugin (one per process, keyed by the plugin's hash)."""
 
-    def __init__(self, plugin, lanes: int | None = None, simd=None):
+    def __init__(self, plugin, lanes: int | None = None, simd=None, polls: bool = True):
         """``lanes``: samples run in lockstep by the laned loop (``eagle.lanes``); None lets eagle
         choose (``EAGLE_HOST_LANES`` forces it), 1 runs one sample at a time.  ``simd``: None lets
         eagle choose the vectorised loop (``eagle.simd``; ``EAGLE_HOST_SIMD``), False never takes
@@ -92,8 +101,14 @@ class HostEntry:
 
         ``path`` is what runs: ``"simd"``, ``"lanes"`` or ``"one"`` (one sample at a time);
         ``simd_reason`` why the vectorised loop does not (None when it does); ``lanes`` the samples
-        in lockstep (a tile for ``"simd"``) and ``lanes_reason`` why one at a time."""
+        in lockstep (a tile for ``"simd"``) and ``lanes_reason`` why one at a time.  ``polls``:
+        the loops poll the stop flag (``eagle.interrupt``; off only to measure what polls cost).
+
+        An entry may be run from several threads at once: what it runs, and its fall back to a
+        slower path, change under its lock."""
         self.plugin = plugin
+        self.polls = polls
+        self._lock = threading.RLock()
         self.simd, self.simd_reason = simd_choose(plugin, lanes, simd)
         if self.simd is not None:
             self._load_simd()
@@ -106,17 +121,24 @@ class HostEntry:
 
     def _load(self, lanes, reason):
         self.lanes, self.lanes_reason = lanes, reason
-        self.source = host_source(self.plugin, lanes)
+        self.source = host_source(self.plugin, lanes, self.polls)
         self.module = load_module("host", self.plugin, self.source)
         self.tile = self.module._eagle_tile
 
     def _load_simd(self):
-        self.source = simd_source(self.plugin, self.simd)
+        self.source = simd_source(self.plugin, self.simd, self.polls)
         self.module = load_module("host", self.plugin, self.source)
         self.tile = self.module._eagle_tile
         self.lanes, self.lanes_reason = self.module.TILE_WIDTH, None
 
     def _compile(self, start, po, args, r0):
+        """The compiled tile loop to run for these argument types (``_settle``, under the entry's
+        lock: two threads never change the path at once, nor run one half changed)."""
+        with self._lock:
+            self._settle(start, po, args, r0)
+            return self.tile
+
+    def _settle(self, start, po, args, r0):
         """Compile the tile for these argument types.
 
         When one sample at a time does not compile either, the arguments are the kernel's problem:
@@ -131,7 +153,7 @@ class HostEntry:
             return attempt(self.module)
         except NumbaError as e:
             failed = e
-        one_source = host_source(self.plugin, 1)
+        one_source = host_source(self.plugin, 1, self.polls)
         one = self.module if self.path == "one" else load_module("host", self.plugin, one_source)
         if one is not self.module:
             try:
@@ -175,7 +197,7 @@ class HostEntry:
         if not cut:
             return rows
         # compile (or load from the disk cache) in this thread, before the team starts
-        self._compile(start, po, args, r0)
+        tile = self._compile(start, po, args, r0)
         progs = [new_progress() for _ in cut]
         unused = new_record(len(cut))                  # the device's bounds record; the host raises
         errors = [None] * len(cut)
@@ -183,7 +205,7 @@ class HostEntry:
         def one(k):
             a, b = cut[k]
             try:
-                self.tile(a, b, po, progs[k], *args, unused[k], r0)
+                tile(a, b, po, progs[k], *args, unused[k], r0)
             except Exception as e:  # noqa: BLE001 - re-raised below, first in sample order
                 errors[k] = e
 
@@ -194,11 +216,10 @@ class HostEntry:
                     break
 
         # the tiles run on the team, never in this thread, which waits where Ctrl-C reaches it
-        pool = _pool(max(threads, 1))
         if len(cut) == 1 or threads == 1:
-            jobs = [pool.submit(in_order)]
+            jobs = _submit(max(threads, 1), [in_order])
         else:
-            jobs = [pool.submit(one, k) for k in range(len(cut))]
+            jobs = _submit(threads, [functools.partial(one, k) for k in range(len(cut))])
         _wait(jobs, progs)
         for k, e in enumerate(errors):                # tiles in sample order: the first error wins
             if e is None:
@@ -212,23 +233,18 @@ class HostEntry:
         return rows
 
 
-def new_progress() -> np.ndarray:
-    """A tile's progress record: the sample a raising kernel is at, and the stop flag the
-    generated loop polls between samples (``host_codegen.POLL``)."""
-    return np.array([-1, 0], dtype=np.int64)
-
-
 def _wait(jobs, progs):
     """Wait for the team's jobs.  When this thread is interrupted (Ctrl-C), every tile is told to
-    stop at its next sample, the team is waited for (``STOP_WAIT`` seconds at most), and the
-    interruption goes on: a run stops within about a poll of Ctrl-C and the process can exit."""
+    stop (its loops poll the flag: ``eagle.interrupt``), the team is waited for (``STOP_WAIT``
+    seconds at most), and the interruption goes on: a run stops within a poll of Ctrl-C and the
+    process can exit."""
     try:
         pending = set(jobs)
         while pending:
             _, pending = futures.wait(pending, timeout=0.25)
     except BaseException:
         for prog in progs:
-            prog[1] = 1
+            stop(prog)
         futures.wait(jobs, timeout=STOP_WAIT)
         raise
 
@@ -243,10 +259,19 @@ def _failing_line(exc, module):
 
 
 def host_entry(plugin) -> HostEntry:
+    """The one entry of ``plugin`` in this process: built by the first thread that asks (under a
+    lock of its own key, so threads asking for other kernels do not wait), found by the others."""
     with _LOCK:
         entry = _ENTRIES.get(plugin.key)
-    if entry is None:
-        entry = HostEntry(plugin)
+        if entry is not None:
+            return entry
+        building = _BUILDING.setdefault(plugin.key, threading.Lock())
+    with building:
         with _LOCK:
-            entry = _ENTRIES.setdefault(plugin.key, entry)
+            entry = _ENTRIES.get(plugin.key)
+        if entry is None:
+            entry = HostEntry(plugin)
+            with _LOCK:
+                _ENTRIES[plugin.key] = entry
+                _BUILDING.pop(plugin.key, None)
     return entry

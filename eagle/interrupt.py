@@ -1,0 +1,138 @@
+"""Stopping a host run: the stop flag, and the polls generated code makes of it.
+
+A host tile gets a progress record (``new_progress``): the sample a raising kernel is at, and
+the stop flag the engine sets when the run is interrupted (Ctrl-C).  The tile loop polls the
+flag between samples; ``add_polls`` makes every loop of a generated function poll it too, at
+its back-edge, every ``EVERY`` iterations, so that a long or endless loop inside the body
+(``for _ in range(10**12)``, ``while True``) returns within a fraction of a second of the flag
+being set.  A poll is one counter increment and a test per iteration, and a load of the flag
+every ``EVERY`` iterations (``stopped``: an atomic load, so the compiler never hoists it out of
+the loop); ``benchmarks/poll.py`` measures its cost.
+
+Loops known to be short are not polled: a ``for`` over a small literal range (``SHORT``), and
+the loops the transforms generate over a tile's samples (``bounded``).  A helper function the
+body calls is not rewritten: a loop there is not polled.
+"""
+from __future__ import annotations
+
+import ast
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+#: the generated functions' name for the tile's progress record
+PROG = "_eagle_prog"
+#: the generated functions' name for the back-edge counter
+COUNTER = "_eagle_pc"
+#: iterations between two loads of the stop flag (a power of two)
+EVERY = 4096
+#: a ``for`` over a literal range of at most this many iterations is not polled
+SHORT = 16
+#: the index of the stop flag in the progress record
+FLAG = 1
+#: the generated code imports this module under this name
+MODULE = "_eagle_interrupt"
+
+
+def new_progress() -> np.ndarray:
+    """A tile's progress record: the sample a raising kernel is at, and the stop flag."""
+    return np.array([-1, 0], dtype=np.int64)
+
+
+def stop(progress) -> None:
+    """Set the stop flag of a progress record (the tile returns at its next poll)."""
+    progress[FLAG] = 1
+
+
+@intrinsic
+def stopped(typingctx, prog):
+    """Whether the stop flag of ``prog`` is set: an atomic (monotonic) load, never hoisted out of a
+    loop, a plain load on x86."""
+    if not (isinstance(prog, types.Array) and prog.ndim == 1 and prog.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, signature.args[0], ary,
+                                       [ir.Constant(ir.IntType(64), FLAG)])
+        value = builder.load_atomic(ptr, "monotonic", 8)
+        return builder.icmp_signed("!=", value, ir.Constant(ir.IntType(64), 0))
+    return types.boolean(prog), codegen
+
+
+def stop_test() -> str:
+    """The test that ends a generated tile loop when the run was interrupted."""
+    return f"{MODULE}.stopped({PROG})"
+
+
+def _literal_trips(it):
+    """The trip count of ``range(<int literals>)`` (under any alias ending in ``range``), or None."""
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id.endswith("range")):
+        return None
+    vals = []
+    for a in it.args:
+        if isinstance(a, ast.UnaryOp) and isinstance(a.op, ast.USub) and isinstance(a.operand, ast.Constant):
+            a = ast.Constant(-a.operand.value)
+        if not (isinstance(a, ast.Constant) and type(a.value) is int):
+            return None
+        vals.append(a.value)
+    try:
+        return len(range(*vals))
+    except (TypeError, ValueError):
+        return None
+
+
+def _poll_stmts():
+    return ast.parse(f"{COUNTER} += 1\n"
+                     f"if {COUNTER} & {EVERY - 1} == 0:\n"
+                     f"    if {MODULE}.stopped({PROG}):\n"
+                     f"        return\n").body
+
+
+def is_poll(stmt) -> bool:
+    """Whether a statement of a generated function is (part of) a poll ``add_polls`` inserted."""
+    if isinstance(stmt, ast.If):
+        part = stmt.test
+    elif isinstance(stmt, (ast.Assign, ast.AugAssign)):
+        part = stmt
+    else:
+        return False
+    return any(isinstance(n, ast.Name) and n.id == COUNTER for n in ast.walk(part))
+
+
+def add_polls(fdef: ast.FunctionDef, bounded=frozenset()) -> ast.FunctionDef:
+    """``fdef`` (changed in place) with a last parameter ``_eagle_prog`` and a poll at the head of
+    every loop but a short literal range and a ``for`` whose target is in ``bounded``.
+
+    The poll returns from the function: the caller's own poll then ends the tile.  A function that
+    returns a value is not given polls (none of the generated functions that run does)."""
+    fdef.args.args.append(ast.arg(PROG))
+    count = 0
+
+    def visit(stmts):
+        nonlocal count
+        for s in stmts:
+            for field in ("body", "orelse"):
+                if isinstance(getattr(s, field, None), list):
+                    visit(getattr(s, field))
+            if isinstance(s, ast.For):
+                trips = _literal_trips(s.iter)
+                if (isinstance(s.target, ast.Name) and s.target.id in bounded) or (
+                        trips is not None and trips <= SHORT):
+                    continue
+            if isinstance(s, (ast.For, ast.While)):
+                s.body[:0] = _poll_stmts()
+                count += 1
+
+    visit(fdef.body)
+    if count:
+        fdef.body.insert(0, ast.parse(f"{COUNTER} = 0").body[0])
+    return ast.fix_missing_locations(fdef)
+
+
+def polled(source: str, bounded=frozenset()) -> str:
+    """``add_polls`` on the one function in ``source``, as source."""
+    return ast.unparse(add_polls(ast.parse(source).body[0], bounded))
