@@ -27,6 +27,8 @@ from numba.extending import intrinsic
 PROG = "_eagle_prog"
 #: the generated functions' name for the back-edge counter
 COUNTER = "_eagle_pc"
+#: the generated functions' name for "not stopped", tested by a polled ``while``
+GO = "_eagle_go"
 #: iterations between two loads of the stop flag (a power of two)
 EVERY = 4096
 #: a ``for`` over a literal range of at most this many iterations is not polled
@@ -85,11 +87,12 @@ def _literal_trips(it):
         return None
 
 
-def _poll_stmts():
-    return ast.parse(f"{COUNTER} += 1\n"
-                     f"if {COUNTER} & {EVERY - 1} == 0:\n"
-                     f"    if {MODULE}.stopped({PROG}):\n"
-                     f"        return\n").body
+def _poll_stmts(act=f"if {MODULE}.stopped({PROG}):\n        return"):
+    # a count down: one fused decrement-and-branch per iteration
+    return ast.parse(f"{COUNTER} -= 1\n"
+                     f"if {COUNTER} == 0:\n"
+                     f"    {COUNTER} = {EVERY}\n"
+                     f"    {act}\n").body
 
 
 def is_poll(stmt) -> bool:
@@ -100,7 +103,7 @@ def is_poll(stmt) -> bool:
         part = stmt
     else:
         return False
-    return any(isinstance(n, ast.Name) and n.id == COUNTER for n in ast.walk(part))
+    return any(isinstance(n, ast.Name) and n.id in (COUNTER, GO) for n in ast.walk(part))
 
 
 def add_polls(fdef: ast.FunctionDef, bounded=frozenset()) -> ast.FunctionDef:
@@ -123,13 +126,18 @@ def add_polls(fdef: ast.FunctionDef, bounded=frozenset()) -> ast.FunctionDef:
                 if (isinstance(s.target, ast.Name) and s.target.id in bounded) or (
                         trips is not None and trips <= SHORT):
                     continue
-            if isinstance(s, (ast.For, ast.While)):
+            if isinstance(s, ast.While) and not s.orelse:
+                # one exit: the poll clears a flag the condition tests (an ``else`` would run on a stop)
+                s.test = ast.BoolOp(ast.And(), [ast.Name(GO, ast.Load()), s.test])
+                s.body[:0] = _poll_stmts(f"{GO} = not {MODULE}.stopped({PROG})")
+                count += 1
+            elif isinstance(s, (ast.For, ast.While)):
                 s.body[:0] = _poll_stmts()
                 count += 1
 
     visit(fdef.body)
     if count:
-        fdef.body.insert(0, ast.parse(f"{COUNTER} = 0").body[0])
+        fdef.body[:0] = ast.parse(f"{COUNTER} = {EVERY}\n{GO} = True").body
     return ast.fix_missing_locations(fdef)
 
 
