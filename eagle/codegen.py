@@ -26,6 +26,7 @@ import numba
 import numpy as np
 
 from . import __version__
+from .syntax import parse
 from .bounds import AT, ERR
 from .freeze import const_value
 from .interrupt import is_poll
@@ -81,7 +82,7 @@ class _Rewrite(ast.NodeTransformer):
 
 def body_function(plugin, name="_eagle_body") -> str:
     """The body as a plain function ``name(i, *args, _eagle_err, _eagle_po, _eagle_co)``."""
-    fdef = ast.parse(plugin.source).body[0]
+    fdef = parse(plugin.source).body[0]
     fdef = _Rewrite(plugin).visit(fdef)
     fdef.name = name
     fdef.decorator_list = []
@@ -98,13 +99,13 @@ def user_lines(plugin, module_source: str, name="_eagle_body") -> dict:
     """Lines of the generated body in ``module_source`` -> the user's lines of the same statements
     (the rewrite changes expressions only, so both walk the same statements in the same order;
     the statements the host adds to the body, its polls, are left out: ``eagle.interrupt``)."""
-    fdef = next((n for n in ast.parse(module_source).body
+    fdef = next((n for n in parse(module_source).body
                  if isinstance(n, ast.FunctionDef) and n.name == name), None)
     if fdef is None:
         return {}
     added = {id(m) for n in ast.walk(fdef) if isinstance(n, ast.stmt) and is_poll(n) for m in ast.walk(n)}
     ours = [n for n in ast.walk(fdef) if isinstance(n, ast.stmt) and id(n) not in added]
-    theirs = [n for n in ast.walk(ast.parse(plugin.source).body[0]) if isinstance(n, ast.stmt)]
+    theirs = [n for n in ast.walk(parse(plugin.source).body[0]) if isinstance(n, ast.stmt)]
     first = plugin.manifest.get("first_line", 1)
     return {a.lineno: first + b.lineno - 1 for a, b in zip(ours, theirs)}
 
@@ -170,7 +171,7 @@ def jit_options(plugin) -> str:
 
 def body_raises(plugin) -> bool:
     """Whether the body has a raise or an assert (then the loop records the sample it is at)."""
-    return any(isinstance(n, (ast.Raise, ast.Assert)) for n in ast.walk(ast.parse(plugin.source)))
+    return any(isinstance(n, (ast.Raise, ast.Assert)) for n in ast.walk(parse(plugin.source)))
 
 
 def body_call_args(plugin) -> str:

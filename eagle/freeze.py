@@ -17,6 +17,7 @@ import types
 
 import numpy as np
 
+from .syntax import parse
 from .kernel import Kernel
 
 #: helper functions compiled from source may call others this deep
@@ -99,7 +100,7 @@ def _function_entry(kname, name, fn, depth):
     except (OSError, TypeError):
         raise ValueError(f"kernel {kname!r} calls {name!r}, whose source cannot be read; define it in a "
                          "file, a script or a notebook cell") from None
-    fdef = ast.parse(src).body[0]
+    fdef = parse(src).body[0]
     if not isinstance(fdef, ast.FunctionDef) or fn.__name__ == "<lambda>":
         raise ValueError(f"kernel {kname!r} calls {name!r}, which is not a plain function (def ...)")
     fdef.decorator_list = []
@@ -157,7 +158,7 @@ def _refuse_stateful(kname, fdef, frozen, where):
                              "sample, counter)) instead")
     for g in frozen:
         if g["kind"] == "function":
-            helper = ast.parse(g["source"]).body[0]
+            helper = parse(g["source"]).body[0]
             _refuse_stateful(kname, helper, g["frozen"], lambda n, h=g["name"]: f"helper {h!r}")
 
 

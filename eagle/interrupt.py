@@ -23,6 +23,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .syntax import parse
+
 #: the generated functions' name for the tile's progress record
 PROG = "_eagle_prog"
 #: the generated functions' name for the back-edge counter
@@ -89,7 +91,7 @@ def _literal_trips(it):
 
 def _poll_stmts(act=f"if {MODULE}.stopped({PROG}):\n        return"):
     # a count down: one fused decrement-and-branch per iteration
-    return ast.parse(f"{COUNTER} -= 1\n"
+    return parse(f"{COUNTER} -= 1\n"
                      f"if {COUNTER} == 0:\n"
                      f"    {COUNTER} = {EVERY}\n"
                      f"    {act}\n").body
@@ -137,10 +139,10 @@ def add_polls(fdef: ast.FunctionDef, bounded=frozenset()) -> ast.FunctionDef:
 
     visit(fdef.body)
     if count:
-        fdef.body[:0] = ast.parse(f"{COUNTER} = {EVERY}\n{GO} = True").body
+        fdef.body[:0] = parse(f"{COUNTER} = {EVERY}\n{GO} = True").body
     return ast.fix_missing_locations(fdef)
 
 
 def polled(source: str, bounded=frozenset()) -> str:
     """``add_polls`` on the one function in ``source``, as source."""
-    return ast.unparse(add_polls(ast.parse(source).body[0], bounded))
+    return ast.unparse(add_polls(parse(source).body[0], bounded))

@@ -9,6 +9,7 @@ import ast
 import inspect
 import textwrap
 
+from .syntax import parse
 from .roles import Role
 
 
@@ -30,7 +31,7 @@ def read_source(fn, name):
             "interactive prompt without a file?); eagle compiles a kernel from its source, so define "
             "it in a module, a script or a notebook cell") from None
     src = textwrap.dedent("".join(lines))
-    tree = ast.parse(src)
+    tree = parse(src)
     fdef = tree.body[0]
     if not isinstance(fdef, ast.FunctionDef):
         raise TypeError(f"kernel {name!r}: @eagle.kernel decorates a plain function (def ...)")

@@ -44,6 +44,7 @@ import ast
 import copy
 import os
 
+from .syntax import parse
 from .access import CROSS_SAMPLE_WRITE
 from .codegen import body_function, body_raises
 from .roles import PLANE_KINDS
@@ -109,7 +110,7 @@ def choose(plugin, want=None):
     reason = _fallback_reason(plugin)
     if reason:
         return 1, reason
-    fdef = ast.parse(body_function(plugin)).body[0]
+    fdef = parse(body_function(plugin)).body[0]
     try:
         t = _Lanes(plugin, fdef, DEFAULT)
         lanes = want or t.preferred()
@@ -121,7 +122,7 @@ def choose(plugin, want=None):
 
 def lanes_function(plugin, lanes: int) -> str:
     """Source of ``_eagle_body_lanes(_eagle_i0, *args, _eagle_po, _eagle_co)``."""
-    fdef = ast.parse(body_function(plugin)).body[0]
+    fdef = parse(body_function(plugin)).body[0]
     return ast.unparse(_Lanes(plugin, fdef, lanes).function())
 
 
@@ -329,11 +330,11 @@ class _Lanes:
         f.args.args[0] = ast.arg(I0)
         init = []
         for k in range(self.lanes):
-            init.append(ast.parse(f"{lane_name(self.idx, k)} = {I0} + {k}").body[0])
+            init.append(parse(f"{lane_name(self.idx, k)} = {I0} + {k}").body[0])
         for a in self.args:                              # a parameter the body reassigns per lane
             if a in self.per_lane:
                 for k in range(self.lanes):
-                    init.append(ast.parse(f"{lane_name(a, k)} = {a}").body[0])
+                    init.append(parse(f"{lane_name(a, k)} = {a}").body[0])
         f.body = init + self.block(f.body) or [ast.Pass()]
         return ast.fix_missing_locations(f)
 
@@ -371,15 +372,15 @@ class _Lanes:
         """``while`` on per-sample values: lanes in lockstep, each with its active flag."""
         self._loops += 1
         flag = [f"_eagle_a{self._loops}__eagle_l{k}" for k in range(self.lanes)]
-        out = [ast.parse(f"{flag[k]} = True").body[0] for k in range(self.lanes)]
+        out = [parse(f"{flag[k]} = True").body[0] for k in range(self.lanes)]
         exits = any(True for _ in _own_exits(s.body))
         inner = []
         for k in range(self.lanes):
             body = self._flat(self.rename(ast.Module(s.body, []), k).body, flag[k])
             if exits:
                 body = [ast.For(ast.Name("_eagle_once", ast.Store()),
-                                ast.parse("range(1)", mode="eval").body, body, [], None)]
-            stop = [ast.parse(f"{flag[k]} = False").body[0]] + self.rename(ast.Module(s.orelse, []), k).body
+                                parse("range(1)", mode="eval").body, body, [], None)]
+            stop = [parse(f"{flag[k]} = False").body[0]] + self.rename(ast.Module(s.orelse, []), k).body
             test = self.rename(s.test, k)
             inner.append(ast.If(ast.Name(flag[k], ast.Load()), [ast.If(test, body, stop)], []))
         cond = ast.BoolOp(ast.Or(), [ast.Name(f, ast.Load()) for f in flag]) if self.lanes > 1 else \
@@ -391,7 +392,7 @@ class _Lanes:
         """In one lane's body of a masked loop: ``break`` clears the lane's flag and leaves this
         iteration, ``continue`` leaves this iteration (both through the one-pass wrapper)."""
         if isinstance(s, ast.Break):
-            return [ast.parse(f"{flag} = False").body[0], ast.Break()]
+            return [parse(f"{flag} = False").body[0], ast.Break()]
         if isinstance(s, ast.Continue):
             return ast.Break()
         if isinstance(s, ast.If):

@@ -56,6 +56,7 @@ from numba import types
 from numba.core.errors import RequireLiteralValue, TypingError
 from numba.extending import intrinsic
 
+from .syntax import parse
 from .bounds import ERR
 from .codegen import PO, CO, body_function
 from .lanes import ENV as LANES_ENV, Refused, _Lanes, _fallback_reason, _own_exits, _stores
@@ -295,11 +296,11 @@ def _literal_range(it):
 
 
 def _stmt(text: str):
-    return ast.parse(text).body[0]
+    return parse(text).body[0]
 
 
 def _expr(text: str):
-    return ast.parse(text, mode="eval").body
+    return parse(text, mode="eval").body
 
 
 # --- the transform ---------------------------------------------------------------------------
@@ -314,7 +315,7 @@ class _Seg:
 class _Simd:
     def __init__(self, plugin, opts: Options):
         self.plugin, self.opts = plugin, opts
-        fdef = ast.parse(body_function(plugin)).body[0]
+        fdef = parse(body_function(plugin)).body[0]
         if fdef.body and isinstance(fdef.body[-1], ast.Return) and fdef.body[-1].value is None:
             fdef.body.pop()
         self.fdef = fdef
@@ -576,7 +577,7 @@ class _Simd:
             pre.append(self._loop(init))
         slots = [f"{v}__eagle_t" for v in self.state] + [f"{v}__eagle_A" for v in sorted(self.arrays)]
         params = [B, N, *self.args, ERR, PO, CO, *slots, *flags]
-        f = ast.parse(f"def _eagle_simd({', '.join(params)}):\n    pass").body[0]
+        f = parse(f"def _eagle_simd({', '.join(params)}):\n    pass").body[0]
         f.body = pre + body or [ast.Pass()]
         return Built(witness=witness, function=ast.unparse(ast.fix_missing_locations(f)), tile=self.tile,
                      vector=self.vector,
