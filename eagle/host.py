@@ -33,6 +33,7 @@ from .rows import ROW, check_row_start, identity_rows, row_span
 _ENTRIES = {}
 _BUILDING = {}          # plugin key -> the lock held while its entry is built
 _LOCK = threading.Lock()
+_LOADING = threading.Lock()
 _POOL = None
 _POOL_THREADS = 0
 MIN_TILE = 2048
@@ -122,12 +123,12 @@ class HostEntry:
     def _load(self, lanes, reason):
         self.lanes, self.lanes_reason = lanes, reason
         self.source = host_source(self.plugin, lanes, self.polls)
-        self.module = load_module("host", self.plugin, self.source)
+        self.module = _load(self.plugin, self.source)
         self.tile = self.module._eagle_tile
 
     def _load_simd(self):
         self.source = simd_source(self.plugin, self.simd, self.polls)
-        self.module = load_module("host", self.plugin, self.source)
+        self.module = _load(self.plugin, self.source)
         self.tile = self.module._eagle_tile
         self.lanes, self.lanes_reason = self.module.TILE_WIDTH, None
 
@@ -154,7 +155,7 @@ class HostEntry:
         except NumbaError as e:
             failed = e
         one_source = host_source(self.plugin, 1, self.polls)
-        one = self.module if self.path == "one" else load_module("host", self.plugin, one_source)
+        one = self.module if self.path == "one" else _load(self.plugin, one_source)
         if one is not self.module:
             try:
                 attempt(one)
@@ -247,6 +248,14 @@ def _wait(jobs, progs):
             stop(prog)
         futures.wait(jobs, timeout=STOP_WAIT)
         raise
+
+
+def _load(plugin, source):
+    """The host module of ``source``, loaded by one thread at a time (two entries of one kernel, in
+    two threads, never see each other's module half executed; loading defines the compiled
+    functions, it does not compile them)."""
+    with _LOADING:
+        return load_module("host", plugin, source)
 
 
 def _failing_line(exc, module):

@@ -194,3 +194,66 @@ def _run(plugin, x, threads):
     bound = eagle.bind.bind(plugin, {"x": x})
     rows = entry.run(bound.values, 0, bound.n, threads=threads)
     return bound.values["y"], reference.fold_partials("sum", [tuple(r) for r in rows["total"]])
+
+
+STRESS_SECONDS = 10.0       # each thread's time making runs (compiles come first)
+
+
+def _stress_case(kernel, k, r):
+    """Inputs of run ``r`` of thread ``k`` and the expected outputs (plain Python)."""
+    n = 40 + 37 * ((k + r) % 5)
+    x = np.linspace(-2.0, 2.0 + k, n)
+    if kernel is halving:
+        return {"x": x, "steps": 3 + r % 4}, {"y": halving_ref(x, 3 + r % 4)}
+    if kernel is squares:
+        y, total = squares_ref(x)
+        return {"x": x}, {"y": y, "total": total}
+    if kernel is stepped:
+        return {"x": x, "steps": 4.0}, {"y": stepped_ref(x, 4.0)}
+    return {"x": x, "steps": 2}, {"y": retyped_ref(x, 2)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache", ["fresh", "warm"])
+def test_stress_eight_threads_own_and_shared_kernels(tmp_path, monkeypatch, cache):
+    """8 threads for ``STRESS_SECONDS`` each: deploying kernels (the parser), running shared plans
+    (one entry per kernel) and entries of their own, on 1 to 3 threads, four kernels on the
+    three host paths and the fall back; a fresh disk cache (everything compiles at once) and a
+    warm one (new entries load from it).  Every result against plain Python."""
+    d = tmp_path / "cache"
+    d.mkdir(mode=0o700)
+    monkeypatch.setenv("EAGLE_CACHE_DIR", str(d))
+    kernels = [halving, squares, stepped, retyped]
+    if cache == "warm":
+        for kernel in kernels:                  # the disk cache filled by entries of this thread
+            e = HostEntry(eagle.deploy(kernel))
+            planes, _ = _stress_case(kernel, 0, 0)
+            bound = eagle.bind.bind(e.plugin, planes)
+            e.run(bound.values, 0, bound.n)
+    shared = {}
+
+    def work(k):
+        runs, stop = 0, None
+        while stop is None or time.monotonic() < stop:
+            kernel = kernels[(k + runs) % len(kernels)]
+            plugin = eagle.deploy(kernel)
+            planes, want = _stress_case(kernel, k, runs)
+            threads = 1 + (k + runs) % 3
+            if k % 2:                           # an entry of this thread's own
+                entry = HostEntry(plugin)
+            else:                               # the process's entry
+                entry = shared.setdefault(kernel.__name__, eagle.host.host_entry(plugin))
+                assert entry is eagle.host.host_entry(plugin)
+            bound = eagle.bind.bind(plugin, planes)
+            rows = entry.run(bound.values, 0, bound.n, threads=threads)
+            assert same_bits(bound.values["y"], want["y"]), (kernel.__name__, k, runs)
+            if "total" in want:
+                got = reference.fold_partials("sum", [tuple(v) for v in rows["total"]])
+                assert got == want["total"], (kernel.__name__, k, runs)
+            runs += 1
+            if stop is None and runs >= len(kernels):
+                stop = time.monotonic() + STRESS_SECONDS   # every kernel compiled: the timed part
+        return runs
+
+    counts = race(work)
+    assert min(counts) >= len(kernels)
