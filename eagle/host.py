@@ -21,8 +21,8 @@ import numpy as np
 from numba.core.errors import NumbaError
 
 from .access import CROSS_SAMPLE_WRITE
-from .bounds import index_error, new_record, raised_record
-from .codegen import load_module, user_lines
+from .bounds import AT, index_error, new_record, raised_record
+from .codegen import body_function, load_module, user_lines
 from .errors import compile_error, kernel_error
 from .host_codegen import host_source, simd_source
 from .interrupt import new_progress, stop
@@ -110,6 +110,7 @@ class HostEntry:
         self.plugin = plugin
         self.polls = polls
         self._lock = threading.RLock()
+        self.restored = self._restored(plugin)
         self.simd, self.simd_reason = simd_choose(plugin, lanes, simd)
         if self.simd is not None:
             self._load_simd()
@@ -137,7 +138,7 @@ class HostEntry:
         lock: two threads never change the path at once, nor run one half changed)."""
         with self._lock:
             self._settle(start, po, args, r0)
-            return self.tile
+            return self.tile, (self.lanes if self.path != "one" else 1)
 
     def _settle(self, start, po, args, r0):
         """Compile the tile for these argument types.
@@ -198,13 +199,17 @@ class HostEntry:
         if not cut:
             return rows
         # compile (or load from the disk cache) in this thread, before the team starts
-        tile = self._compile(start, po, args, r0)
+        tile, width = self._compile(start, po, args, r0)
         progs = [new_progress() for _ in cut]
         unused = new_record(len(cut))                  # the device's bounds record; the host raises
         errors = [None] * len(cut)
+        saved = [None] * len(cut)
+        keep = self.restored if width > 1 else ()
 
         def one(k):
             a, b = cut[k]
+            if keep:                                   # what a rerun of the share's samples restores
+                saved[k] = {m: values[m][self._rows(m, a, b, po)].copy() for m in keep}
             try:
                 tile(a, b, po, progs[k], *args, unused[k], r0)
             except Exception as e:  # noqa: BLE001 - re-raised below, first in sample order
@@ -227,11 +232,48 @@ class HostEntry:
                 continue
             record = raised_record(e)
             if record is not None:
+                if width > 1:
+                    record = self._first_bad(record, cut[k], width, values, po, args, r0, saved[k])
                 raise kernel_error(p.name, index_error(p, record), f"sample {int(record[0])}") from None
             s = int(progs[k][0])
             where = f"sample {s}" if s >= 0 else f"a sample in [{cut[k][0]}, {cut[k][1]})"
             raise kernel_error(p.name, e, where) from e
         return rows
+
+
+    @staticmethod
+    def _restored(plugin):
+        """The Mutable planes a rerun of some samples must restore first: none when the body has
+        no checked index (then no IndexError to place)."""
+        if AT not in body_function(plugin):
+            return ()
+        return tuple(name for role, name in plugin.arg_spec if role.kind == "Mutable")
+
+    def _rows(self, name, a, b, po):
+        """The slice of plane ``name`` holding samples ``[a, b)``."""
+        off = po if name in self.plugin.sliceable else 0
+        return slice(a - off, b - off)
+
+    def _first_bad(self, record, share, width, values, po, args, r0, saved):
+        """The first sample in sample order with a bad index, given the ``record`` a laned or
+        vectorised share raised.  Those run ``width`` samples together statement by statement (or
+        loop by loop over the tile), so a later sample of the group may fail before an earlier one
+        reaches its own bad index; every sample before the group finished.  The group's samples up
+        to the reported one rerun one at a time, the Mutable planes restored first, and the first
+        of them to fail is the answer (the reported one when the rerun does not compile)."""
+        a, s = share[0], int(record[0])
+        lo = a + (max(0, s - width + 1 - a) // ROW) * ROW       # on a row: where a group started
+        for m, rows in (saved or {}).items():
+            values[m][self._rows(m, lo, s + 1, po)] = rows[lo - a:s + 1 - a]
+        one = _load(self.plugin, host_source(self.plugin, 1, self.polls))
+        try:
+            one._eagle_tile(lo, s + 1, po, new_progress(), *args, new_record()[0], r0)
+        except NumbaError:
+            return record
+        except Exception as e:  # noqa: BLE001 - only the bounds record is used
+            first = raised_record(e)
+            return record if first is None else first
+        return record
 
 
 def _wait(jobs, progs):
