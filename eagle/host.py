@@ -17,7 +17,6 @@ from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
-import numpy as np
 from numba.core.errors import NumbaError
 
 from .access import CROSS_SAMPLE_WRITE
@@ -26,8 +25,7 @@ from .codegen import body_function, load_module, user_lines
 from .errors import compile_error, kernel_error
 from .host_codegen import host_source, simd_source
 from .interrupt import new_progress, stop
-from .lanes import choose
-from .simd import choose as simd_choose, refusal as simd_refusal
+from .host_path import decide, without_lanes, without_simd
 from .rows import ROW, check_row_start, identity_rows, row_span
 
 _ENTRIES = {}
@@ -37,6 +35,9 @@ _LOADING = threading.Lock()
 _POOL = None
 _POOL_THREADS = 0
 MIN_TILE = 2048
+#: the body's error record argument: the device's (``eagle.bounds``); on the host ``at`` raises
+#: and never writes it, so every tile passes this one
+_NO_RECORD = new_record()[0]
 #: seconds an interrupted run waits for its tiles to stop (their loops poll the stop flag every few
 #: thousand iterations: ``eagle.interrupt``)
 STOP_WAIT = 1.0
@@ -111,34 +112,39 @@ class HostEntry:
         self.polls = polls
         self._lock = threading.RLock()
         self.restored = self._restored(plugin)
-        self.simd, self.simd_reason = simd_choose(plugin, lanes, simd)
-        if self.simd is not None:
-            self._load_simd()
-        else:
-            self._load(*choose(plugin, lanes))
+        self._take(decide(plugin, lanes, simd))
+
+    # what runs: the path (``eagle.host_path``) and its module
+    simd = property(lambda self: self.chosen.simd)
+    simd_reason = property(lambda self: self.chosen.simd_reason)
+    lanes_reason = property(lambda self: self.chosen.lanes_reason)
+    path = property(lambda self: self.chosen.name)
 
     @property
-    def path(self) -> str:
-        return "simd" if self.simd is not None else "lanes" if self.lanes > 1 else "one"
+    def lanes(self) -> int:
+        """Samples run together: the laned loop's lanes (1: one at a time); on the vectorised
+        path, its tile width (``width``)."""
+        return self.width
 
-    def _load(self, lanes, reason):
-        self.lanes, self.lanes_reason = lanes, reason
-        self.source = host_source(self.plugin, lanes, self.polls)
-        self.module = _load(self.plugin, self.source)
-        self.tile = self.module._eagle_tile
-
-    def _load_simd(self):
-        self.source = simd_source(self.plugin, self.simd, self.polls)
-        self.module = _load(self.plugin, self.source)
-        self.tile = self.module._eagle_tile
-        self.lanes, self.lanes_reason = self.module.TILE_WIDTH, None
+    def _take(self, chosen):
+        """Build the module of the path ``chosen`` and make it the entry's."""
+        unpolled = {} if self.polls else {"polls": False}
+        if chosen.simd is not None:
+            source = simd_source(self.plugin, chosen.simd, **unpolled)
+        else:
+            source = host_source(self.plugin, chosen.lanes, **unpolled)
+        module = _load(self.plugin, source)
+        self.chosen, self.source, self.module, self.tile = chosen, source, module, module._eagle_tile
+        #: samples that run together (a vectorised tile, a lane group; 1: one at a time)
+        self.width = module.TILE_WIDTH if chosen.simd is not None else chosen.lanes
 
     def _compile(self, start, po, args, r0):
-        """The compiled tile loop to run for these argument types (``_settle``, under the entry's
-        lock: two threads never change the path at once, nor run one half changed)."""
+        """The compiled tile loop to run for these argument types and its ``width`` (``_settle``,
+        under the entry's lock: two threads never change the path at once, nor run one half
+        changed)."""
         with self._lock:
             self._settle(start, po, args, r0)
-            return self.tile, (self.lanes if self.path != "one" else 1)
+            return self.tile, self.width
 
     def _settle(self, start, po, args, r0):
         """Compile the tile for these argument types.
@@ -146,10 +152,10 @@ class HostEntry:
         When one sample at a time does not compile either, the arguments are the kernel's problem:
         a short TypeError naming the kernel, its line and the types (``errors.compile_error``),
         and the entry keeps its path for later runs.  When only the faster path does not compile,
-        the entry falls back visibly: the vectorised loop to the laned one, the laned body to one
-        sample at a time (``simd_reason``, ``lanes_reason``)."""
+        the entry falls back visibly (``eagle.host_path``): the vectorised loop to the laned one,
+        the laned body to one sample at a time (``simd_reason``, ``lanes_reason``)."""
         def attempt(module):
-            module._eagle_tile(start, start, po, new_progress(), *args, new_record()[0], r0)
+            module._eagle_tile(start, start, po, new_progress(), *args, _NO_RECORD, r0)
 
         try:
             return attempt(self.module)
@@ -164,15 +170,14 @@ class HostEntry:
                 failed = e
             else:
                 if self.simd is not None:
-                    self.simd, self.simd_reason = None, simd_refusal(failed)
-                    self._load(*choose(self.plugin))
-                    if self.lanes == 1:
+                    self._take(without_simd(self.plugin, failed))
+                    if self.path == "one":
                         return
                     try:
                         return attempt(self.module)
                     except NumbaError as e:
                         failed = e
-                self._load(1, f"the laned body did not compile ({type(failed).__name__})")
+                self._take(without_lanes(self.chosen, failed))
                 return
         line = user_lines(self.plugin, self.source if one is self.module else one_source).get(
             _failing_line(failed, one))
@@ -201,7 +206,6 @@ class HostEntry:
         # compile (or load from the disk cache) in this thread, before the team starts
         tile, width = self._compile(start, po, args, r0)
         progs = [new_progress() for _ in cut]
-        unused = new_record(len(cut))                  # the device's bounds record; the host raises
         errors = [None] * len(cut)
         saved = [None] * len(cut)
         keep = self.restored if width > 1 else ()
@@ -211,7 +215,7 @@ class HostEntry:
             if keep:                                   # what a rerun of the share's samples restores
                 saved[k] = {m: values[m][self._rows(m, a, b, po)].copy() for m in keep}
             try:
-                tile(a, b, po, progs[k], *args, unused[k], r0)
+                tile(a, b, po, progs[k], *args, _NO_RECORD, r0)
             except Exception as e:  # noqa: BLE001 - re-raised below, first in sample order
                 errors[k] = e
 
@@ -267,7 +271,7 @@ class HostEntry:
             values[m][self._rows(m, lo, s + 1, po)] = rows[lo - a:s + 1 - a]
         one = _load(self.plugin, host_source(self.plugin, 1, self.polls))
         try:
-            one._eagle_tile(lo, s + 1, po, new_progress(), *args, new_record()[0], r0)
+            one._eagle_tile(lo, s + 1, po, new_progress(), *args, _NO_RECORD, r0)
         except NumbaError:
             return record
         except Exception as e:  # noqa: BLE001 - only the bounds record is used

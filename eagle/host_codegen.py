@@ -114,7 +114,7 @@ def simd_source(plugin, opts: Options, polls: bool = True) -> str:
         "from numba import njit as _eagle_njit",
         "from eagle.rows import row_partial as _eagle_row_partial",
         f"from eagle.bounds import at as {AT}",
-        "import eagle.simd as _eagle_simd_rt",
+        "import eagle.simd_runtime as _eagle_simd_rt",
         f"import eagle.interrupt as {INTERRUPT}",
         BUILTIN_ALIASES,
         SIMD_ALIASES,
