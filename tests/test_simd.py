@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import eagle
+import eagle.interrupt
 from benchmarks.simd import cellsum, newton, newton_inputs
 from eagle import Cell, In, Out, Param
 from eagle import random as erandom
@@ -230,7 +231,8 @@ def simd_asm(entry, name):
     bound = eagle.bind.bind(p, inputs_of(name, T))
     args = [np.zeros(T) if a in p.cells else bound.values[a] for _, a in p.arg_spec]
     fixed = [0, T, *args, eagle.bounds.new_record()[0], 0, 0]
-    state = [np.zeros(T, np.int64) if s.endswith("__eagle_f") else np.zeros(T) for s in params[len(fixed):]]
+    state = [np.zeros(T, np.int64) if s.endswith("__eagle_f") else np.zeros(T) for s in params[len(fixed):-1]]
+    state.append(eagle.interrupt.new_progress())          # the last parameter: the stop flag's record
     opts = eval(f"dict({jit_options(p)})")
     opts["cache"] = False
     jf = numba.njit(**opts)(fn)
