@@ -4,8 +4,11 @@ The share is cut into tiles (``tiles``: about four per thread, whole rows for a 
 cells); each tile is one call of the numba-compiled loop (``eagle.host_codegen``), which
 releases the GIL, so the team's threads run in parallel.  A kernel that writes other samples
 runs as one tile, in sample order.  The team waits for every tile before it raises, then raises
-the first error in sample order.  The compiled entry is built once per process and plugin
-(``host_entry``).
+the first error in sample order (a laned or vectorised group that raised an out-of-range index
+reruns one sample at a time to name the first).  Ctrl-C sets every tile's stop flag, which the
+loops poll (``eagle.interrupt``).  The compiled entry is built once per process and plugin
+(``host_entry``), however many threads ask; which loop it runs is ``eagle.host_path``'s choice,
+and an entry may be run from several threads at once.
 """
 from __future__ import annotations
 
