@@ -26,12 +26,12 @@ import numba
 import numpy as np
 
 from . import __version__
-from .syntax import parse
 from .bounds import AT, ERR
 from .freeze import const_value
 from .interrupt import is_poll
 from .roles import PLANE_KINDS
 from .rows import scratch_name
+from .syntax import parse
 
 PO, CO = "_eagle_po", "_eagle_co"
 

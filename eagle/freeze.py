@@ -17,8 +17,8 @@ import types
 
 import numpy as np
 
-from .syntax import parse
 from .kernel import Kernel
+from .syntax import parse
 
 #: helper functions compiled from source may call others this deep
 MAX_HELPER_DEPTH = 8

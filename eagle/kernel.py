@@ -9,8 +9,8 @@ import ast
 import inspect
 import textwrap
 
-from .syntax import parse
 from .roles import Role
+from .syntax import parse
 
 
 def _pickler():

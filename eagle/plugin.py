@@ -20,7 +20,6 @@ import os
 import numpy as np
 
 from . import __version__
-from .syntax import parse
 from .access import analyse
 from .codegen import globals_source
 from .freeze import NUMBER_TYPES, check_entry, freeze_globals
@@ -28,6 +27,7 @@ from .device_ptx import device_ptx
 from .host import host_entry
 from .kernel import Kernel, kernel as _as_kernel
 from .roles import OUTPUT_KINDS, Cell, In, Mutable, Out, Param
+from .syntax import parse
 
 SCHEMA = 2
 INTEGRITY = "integrity"
