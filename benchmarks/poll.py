@@ -1,6 +1,6 @@
 """What the stop-flag polls cost: host entries with polls against the same entries built without.
 
-Run ``python -m benchmarks.poll [n]`` (default 2*10^5 samples).  Every loop of the host body polls
+Run ``python -m benchmarks.poll [n]`` (default 10^6 samples: shorter runs time too little work).  Every loop of the host body polls
 the stop flag (``eagle.interrupt``), so that Ctrl-C stops an endless in-kernel loop.  For the
 1000-step oscillator (a hoisted loop) and Newton's square root (a per-sample ``while``, 1-30
 iterations), on each host path (vectorised, laned, one sample at a time), this times the entry
@@ -65,7 +65,7 @@ def bench(kernel, make, path):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    n = int(float(argv[0])) if argv else 2 * 10 ** 5
+    n = int(float(argv[0])) if argv else 10 ** 6
     rng = np.random.default_rng(2024)
     print(f"stop-flag polls, {n} samples, 1 thread, median of {REPEATS} runs (seconds); "
           f"ratio = polled / unpolled")

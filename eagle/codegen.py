@@ -103,11 +103,24 @@ def user_lines(plugin, module_source: str, name="_eagle_body") -> dict:
                  if isinstance(n, ast.FunctionDef) and n.name == name), None)
     if fdef is None:
         return {}
-    added = {id(m) for n in ast.walk(fdef) if isinstance(n, ast.stmt) and is_poll(n) for m in ast.walk(n)}
-    ours = [n for n in ast.walk(fdef) if isinstance(n, ast.stmt) and id(n) not in added]
-    theirs = [n for n in ast.walk(parse(plugin.source).body[0]) if isinstance(n, ast.stmt)]
+    ours = [n for n in _statements(fdef.body) if not is_poll(n)]
+    theirs = list(_statements(parse(plugin.source).body[0].body))
     first = plugin.manifest.get("first_line", 1)
     return {a.lineno: first + b.lineno - 1 for a, b in zip(ours, theirs)}
+
+
+def _statements(body):
+    """The statements of ``body``, depth first in source order (a poll's ``if`` without its inside)."""
+    for s in body:
+        yield s
+        if isinstance(s, ast.If) and is_poll(s):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(s, field, None)
+            if isinstance(inner, list):
+                yield from _statements(inner)
+        for h in getattr(s, "handlers", []):
+            yield from _statements(h.body)
 
 
 def globals_source(plugin, helper_decorator=None) -> str:

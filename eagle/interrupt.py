@@ -21,13 +21,17 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
+from numba import njit
 from numba.extending import intrinsic
 
+
+from .rows import MIN, RANGE
 from .syntax import parse
 
 #: the generated functions' name for the tile's progress record
 PROG = "_eagle_prog"
-#: the generated functions' name for the back-edge counter
+#: the generated functions' name for the back-edge counter (every name a poll adds starts with PREFIX)
+PREFIX = "_eagle_poll_"
 COUNTER = "_eagle_pc"
 #: the generated functions' name for "not stopped", tested by a polled ``while``
 GO = "_eagle_go"
@@ -67,6 +71,12 @@ def stopped(typingctx, prog):
     return types.boolean(prog), codegen
 
 
+@njit(inline="always", nogil=True, cache=True)
+def trips(lo, hi, step):
+    """``len(range(lo, hi, step))``."""
+    return len(range(lo, hi, step))
+
+
 def stop_test() -> str:
     """The test that ends a generated tile loop when the run was interrupted."""
     return f"{MODULE}.stopped({PROG})"
@@ -97,15 +107,71 @@ def _poll_stmts(act=f"if {MODULE}.stopped({PROG}):\n        return"):
                      f"    {act}\n").body
 
 
+def _strip_minable(s) -> bool:
+    """A ``for`` over ``range(...)`` whose body has no ``break`` of its own and no ``else``: it runs
+    in chunks of ``EVERY`` iterations, polled between chunks (a loop with no exit of its own inside,
+    which the compiler optimises as the unpolled one)."""
+    return (isinstance(s, ast.For) and not s.orelse and isinstance(s.target, ast.Name)
+            and isinstance(s.iter, ast.Call) and isinstance(s.iter.func, ast.Name) and s.iter.func.id == "range"
+            and not s.iter.keywords and 1 <= len(s.iter.args) <= 3
+            and not any(isinstance(n, ast.Break) for n in _own_breaks(s.body)))
+
+
+def _own_breaks(body):
+    for s in body:
+        if isinstance(s, ast.Break):
+            yield s
+        elif isinstance(s, ast.If):
+            yield from _own_breaks(s.body)
+            yield from _own_breaks(s.orelse)
+        elif isinstance(s, (ast.For, ast.While)):
+            yield from _own_breaks(s.orelse)
+
+
+def _strip_mined(s, k):
+    """``for t in range(a, b, c): body`` as chunks of ``EVERY`` iterations, the flag polled before
+    each: the same values of ``t`` in the same order (``t = a + q * c``), ``range``'s arguments
+    evaluated once, in order."""
+    args = [ast.unparse(a) for a in s.iter.args]
+    lo, hi, st = ("0", args[0], "1") if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else "1")
+    v = {n: f"{PREFIX}{n}{k}" for n in ("lo", "hi", "st", "n", "chunk", "q")}
+    v["c"] = v.pop("chunk")
+    pre = parse(f"{v['lo']} = {lo}\n{v['hi']} = {hi}\n{v['st']} = {st}\n"
+                f"{v['n']} = {MODULE}.trips({v['lo']}, {v['hi']}, {v['st']})").body
+    chunk = parse(f"for {v['c']} in {RANGE}(0, {v['n']}, {EVERY}):\n"
+                  f"    if {MODULE}.stopped({PROG}):\n"
+                  f"        return\n").body[0]
+    s.body.insert(0, parse(f"{s.target.id} = {v['lo']} + {v['q']} * {v['st']}").body[0])
+    s.target = ast.Name(v["q"], ast.Store())
+    s.iter = parse(f"{RANGE}({v['c']}, {MIN}({v['c']} + {EVERY}, {v['n']}))", mode="eval").body
+    chunk.body.append(s)
+    return pre + [chunk]
+
+
+def _replace(fdef, loop, replacement):
+    """Put ``replacement`` where ``loop`` is in ``fdef``."""
+    for node in ast.walk(fdef):
+        for field in ("body", "orelse"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and any(b is loop for b in block):
+                k = next(i for i, b in enumerate(block) if b is loop)
+                block[k:k + 1] = replacement
+                return
+
+
 def is_poll(stmt) -> bool:
-    """Whether a statement of a generated function is (part of) a poll ``add_polls`` inserted."""
+    """Whether a statement of a generated function is one ``add_polls`` inserted (an ``if`` with
+    everything in it; a chunk loop, which holds the user's loop, alone)."""
     if isinstance(stmt, ast.If):
         part = stmt.test
     elif isinstance(stmt, (ast.Assign, ast.AugAssign)):
         part = stmt
+    elif isinstance(stmt, ast.For):
+        return isinstance(stmt.target, ast.Name) and stmt.target.id.startswith(PREFIX + "chunk")
     else:
         return False
-    return any(isinstance(n, ast.Name) and n.id in (COUNTER, GO) for n in ast.walk(part))
+    return any(isinstance(n, ast.Name) and (n.id.startswith(PREFIX) or n.id in (COUNTER, GO, PROG))
+               for n in ast.walk(part))
 
 
 def add_polls(fdef: ast.FunctionDef, bounded=frozenset()) -> ast.FunctionDef:
@@ -116,10 +182,11 @@ def add_polls(fdef: ast.FunctionDef, bounded=frozenset()) -> ast.FunctionDef:
     returns a value is not given polls (none of the generated functions that run does)."""
     fdef.args.args.append(ast.arg(PROG))
     count = 0
+    out = []                                # (loop, the statements that replace it)
 
     def visit(stmts):
         nonlocal count
-        for s in stmts:
+        for s in list(stmts):
             for field in ("body", "orelse"):
                 if isinstance(getattr(s, field, None), list):
                     visit(getattr(s, field))
@@ -133,11 +200,16 @@ def add_polls(fdef: ast.FunctionDef, bounded=frozenset()) -> ast.FunctionDef:
                 s.test = ast.BoolOp(ast.And(), [ast.Name(GO, ast.Load()), s.test])
                 s.body[:0] = _poll_stmts(f"{GO} = not {MODULE}.stopped({PROG})")
                 count += 1
+            elif _strip_minable(s):
+                count += 1
+                out.append((s, _strip_mined(s, count)))
             elif isinstance(s, (ast.For, ast.While)):
                 s.body[:0] = _poll_stmts()
                 count += 1
 
     visit(fdef.body)
+    for loop, replacement in out:
+        _replace(fdef, loop, replacement)
     if count:
         fdef.body[:0] = parse(f"{COUNTER} = {EVERY}\n{GO} = True").body
     return ast.fix_missing_locations(fdef)
