@@ -1,7 +1,8 @@
 """What the stop-flag polls cost: host entries with polls against the same entries built without.
 
-Run ``python -m benchmarks.poll [n]`` (default 10^6 samples: shorter runs time too little work).  Every loop of the host body polls
-the stop flag (``eagle.interrupt``), so that Ctrl-C stops an endless in-kernel loop.  For the
+Run ``python -m benchmarks.poll [n]`` (default 10^6 samples: shorter runs time too little work).
+Every loop of the host body polls the stop flag (``eagle.interrupt``), so that Ctrl-C stops an
+endless in-kernel loop.  For the
 1000-step oscillator (a hoisted loop) and Newton's square root (a per-sample ``while``, 1-30
 iterations), on each host path (vectorised, laned, one sample at a time), this times the entry
 with polls (``HostEntry(plugin, ..., polls=True)``, what eagle runs) and without

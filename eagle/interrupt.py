@@ -1,17 +1,23 @@
 """Stopping a host run: the stop flag, and the polls generated code makes of it.
 
 A host tile gets a progress record (``new_progress``): the sample a raising kernel is at, and
-the stop flag the engine sets when the run is interrupted (Ctrl-C).  The tile loop polls the
-flag between samples; ``add_polls`` makes every loop of a generated function poll it too, at
-its back-edge, every ``EVERY`` iterations, so that a long or endless loop inside the body
+the stop flag the engine sets when the run is interrupted (Ctrl-C, ``stop``).  The tile loop
+polls the flag between samples; ``add_polls`` makes every loop of a generated function poll it
+too, every ``EVERY`` iterations, so that a long or endless loop inside the body
 (``for _ in range(10**12)``, ``while True``) returns within a fraction of a second of the flag
-being set.  A poll is one counter increment and a test per iteration, and a load of the flag
-every ``EVERY`` iterations (``stopped``: an atomic load, so the compiler never hoists it out of
-the loop); ``benchmarks/poll.py`` measures its cost.
+being set:
 
-Loops known to be short are not polled: a ``for`` over a small literal range (``SHORT``), and
-the loops the transforms generate over a tile's samples (``bounded``).  A helper function the
-body calls is not rewritten: a loop there is not polled.
+* a ``for`` over ``range`` with no ``break`` or ``else`` of its own runs in chunks of ``EVERY``
+  iterations, the flag polled between chunks: the inner loop has no exit of its own, so the
+  compiler treats it as the unpolled loop;
+* a ``while`` counts down and, every ``EVERY`` iterations, reads the flag into a local its own
+  condition tests (one exit, as before);
+* any other loop counts down and returns when the flag is set.
+
+The flag is read by ``stopped``, an atomic load the compiler never hoists out of a loop.  Loops
+known to be short are not polled: a ``for`` over a small literal range (``SHORT``), and the loops
+the transforms generate over a tile's samples.  A helper function the body calls is not rewritten:
+a loop there is not polled.  ``benchmarks/poll.py`` measures what polls cost.
 """
 from __future__ import annotations
 
