@@ -101,7 +101,6 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
     for node in ast.walk(fdef):
         for child in ast.iter_child_nodes(node):
             parents[child] = node
-
     for node in ast.walk(fdef):
         if node is fdef:
             continue
@@ -110,65 +109,75 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
         if isinstance(node, ast.Return) and node.value is not None and not (
                 isinstance(node.value, ast.Constant) and node.value.value is None):
             refuse(node, "a kernel returns nothing: write results to an Out plane or a Cell")
-        if not isinstance(node, ast.Name) or isinstance(node.ctx, ast.Store):
-            continue
-        name = node.id
-        if name not in uses and name not in cells:
-            continue
-        parent = parents.get(node)
-        if isinstance(node.ctx, ast.Del):
-            refuse(node, f"{name!r} is deleted")
-        # metadata: x.shape, x.size, len(x) -- reads no sample, but the plane cannot be sliced
-        if isinstance(parent, ast.Attribute) and parent.attr in _METADATA_ATTRS:
-            if name in cells:
-                refuse(node, f"cell {name!r} may only be written as {name}[{idx}] = value")
-            uses[name].own_only = False
-            continue
-        if (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name)
-                and parent.func.id == "len" and node in parent.args):
-            if name in cells:
-                refuse(node, f"cell {name!r} may only be written as {name}[{idx}] = value")
-            uses[name].own_only = False
-            continue
-        if isinstance(parent, ast.Subscript) and parent.value is node:
-            own, dims = _is_own(parent.slice, idx)
-            store = isinstance(parent.ctx, ast.Store)
-            if name in cells:
-                grand = parents.get(parent)
-                if not (own and dims == 1 and store and isinstance(grand, ast.Assign)):
-                    refuse(node, f"cell {name!r} may only be written as {name}[{idx}] = value "
-                                 "(this sample's contribution)")
-                continue
-            use, kind = uses[name], roles[name].kind
-            sl = parent.slice
-            use.subscripts.add(len(sl.elts) if isinstance(sl, ast.Tuple) else 1)
-            if own:
-                use.index_dims = max(use.index_dims, dims)
-            else:
-                use.own_only = False
-            if kind == "In":
-                if store:
-                    refuse(node, f"{name!r} is an In plane and read-only; declare it Mutable to update it")
-                if not own:
-                    use.reads_other = True
-            else:
-                if store and not own:
-                    use.writes_other = True
-                elif not own:
-                    refuse(node, f"reads another sample's {kind} plane {name!r}: a race between "
-                                 f"samples; read only {name}[{idx}], or pass the values as an In plane")
-            continue
-        # any other use: aliased, passed to a function, iterated -- the analysis cannot see through
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Store) and (
+                node.id in uses or node.id in cells):
+            _plane_use(node, parents, idx, roles, uses, cells, refuse)
+    access, reads_other = _classify(uses, cells, roles, declared, kname)
+    return Access(access=access, reads_other_samples=reads_other, planes=uses, range_params=range_params,
+                  tables=table_uses(fdef, roles, refuse))
+
+
+def _plane_use(node, parents, idx, roles, uses, cells, refuse):
+    """Record in ``uses`` one use of a plane or cell (the Name ``node``), or refuse it."""
+    name = node.id
+    parent = parents.get(node)
+    if isinstance(node.ctx, ast.Del):
+        refuse(node, f"{name!r} is deleted")
+    # metadata: x.shape, x.size, len(x) -- reads no sample, but the plane cannot be sliced
+    if (isinstance(parent, ast.Attribute) and parent.attr in _METADATA_ATTRS) or (
+            isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name)
+            and parent.func.id == "len" and node in parent.args):
         if name in cells:
             refuse(node, f"cell {name!r} may only be written as {name}[{idx}] = value")
-        use, kind = uses[name], roles[name].kind
-        use.own_only = False
-        use.opaque = True
-        if kind == "In":
-            use.reads_other = True
-        else:
-            use.writes_other = True
+        uses[name].own_only = False
+        return
+    if isinstance(parent, ast.Subscript) and parent.value is node:
+        _subscript_use(node, parent, parents, idx, roles, uses, cells, refuse)
+        return
+    # any other use: aliased, passed to a function, iterated -- the analysis cannot see through
+    if name in cells:
+        refuse(node, f"cell {name!r} may only be written as {name}[{idx}] = value")
+    use, kind = uses[name], roles[name].kind
+    use.own_only = False
+    use.opaque = True
+    if kind == "In":
+        use.reads_other = True
+    else:
+        use.writes_other = True
 
+
+def _subscript_use(node, parent, parents, idx, roles, uses, cells, refuse):
+    """``plane[...]`` or ``cell[...]``: its own sample's or another's, read or written."""
+    name = node.id
+    own, dims = _is_own(parent.slice, idx)
+    store = isinstance(parent.ctx, ast.Store)
+    if name in cells:
+        grand = parents.get(parent)
+        if not (own and dims == 1 and store and isinstance(grand, ast.Assign)):
+            refuse(node, f"cell {name!r} may only be written as {name}[{idx}] = value "
+                         "(this sample's contribution)")
+        return
+    use, kind = uses[name], roles[name].kind
+    sl = parent.slice
+    use.subscripts.add(len(sl.elts) if isinstance(sl, ast.Tuple) else 1)
+    if own:
+        use.index_dims = max(use.index_dims, dims)
+    else:
+        use.own_only = False
+    if kind == "In":
+        if store:
+            refuse(node, f"{name!r} is an In plane and read-only; declare it Mutable to update it")
+        if not own:
+            use.reads_other = True
+    elif store and not own:
+        use.writes_other = True
+    elif not own:
+        refuse(node, f"reads another sample's {kind} plane {name!r}: a race between "
+                     f"samples; read only {name}[{idx}], or pass the values as an In plane")
+
+
+def _classify(uses, cells, roles, declared, kname):
+    """``(access class, reads other samples)`` from the planes' uses and the declared access."""
     writes_other = any(u.writes_other for u in uses.values())
     reads_other = any(u.reads_other for u in uses.values())
     has_outputs = any(roles[n].kind in OUTPUT_KINDS for n in uses)
@@ -196,7 +205,7 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
             reads_other = True
             for u in uses.values():
                 u.own_only = False
-    return Access(access, reads_other, uses, range_params, table_uses(fdef, roles, refuse))
+    return access, reads_other
 
 
 def table_uses(fdef, roles, refuse) -> dict:

@@ -39,6 +39,7 @@ import numba
 import numpy as np
 
 from . import __version__
+from .syntax import parse
 
 ENV = "EAGLE_CACHE_DIR"
 #: seconds a process waits for another one compiling the same module (``EAGLE_COMPILE_WAIT``)
@@ -219,7 +220,7 @@ def dependencies(source: str) -> str:
     and functions it imports (and, through their globals, what they call), with the versions of
     eagle, numba and numpy."""
     files, seen = {}, set()
-    for node in ast.parse(source).body:
+    for node in parse(source).body:
         if isinstance(node, ast.Import):
             targets = [(a.name, None) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:

@@ -8,8 +8,7 @@ of a ``Table`` (``t[i]`` included: a table is not cut by samples), is checked
 (``eagle.bounds``).  Module-level names are frozen into the module.
 
 The generated modules are cached on disk, named by a hash of their text and of what they
-import, checked before they run and compiled once per host: ``eagle.cache`` (``load_module``,
-kept importable from here).
+import, checked before they run and compiled once per host: ``eagle.cache`` (``load_module``).
 """
 from __future__ import annotations
 
@@ -17,9 +16,10 @@ import ast
 
 from .bounds import AT, ERR
 from .freeze import const_value
+from .interrupt import is_poll
 from .roles import PLANE_KINDS, TABLE
 from .rows import scratch_name
-from .cache import cache_dir, load_module  # noqa: F401 - where the engines have always found them
+from .syntax import parse
 
 PO, CO = "_eagle_po", "_eagle_co"
 
@@ -65,7 +65,7 @@ class _Rewrite(ast.NodeTransformer):
 
 def body_function(plugin, name="_eagle_body") -> str:
     """The body as a plain function ``name(i, *args, _eagle_err, _eagle_po, _eagle_co)``."""
-    fdef = ast.parse(plugin.source).body[0]
+    fdef = parse(plugin.source).body[0]
     fdef = _Rewrite(plugin).visit(fdef)
     fdef.name = name
     fdef.decorator_list = []
@@ -80,15 +80,30 @@ def body_function(plugin, name="_eagle_body") -> str:
 
 def user_lines(plugin, module_source: str, name="_eagle_body") -> dict:
     """Lines of the generated body in ``module_source`` -> the user's lines of the same statements
-    (the rewrite changes expressions only, so both walk the same statements in the same order)."""
-    lines = module_source.splitlines()
-    start = next((k for k, text in enumerate(lines, 1) if text.startswith(f"def {name}(")), None)
-    if start is None:
+    (the rewrite changes expressions only, so both walk the same statements in the same order;
+    the statements the host adds to the body, its polls, are left out: ``eagle.interrupt``)."""
+    fdef = next((n for n in parse(module_source).body
+                 if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if fdef is None:
         return {}
-    ours = [n for n in ast.walk(ast.parse(body_function(plugin, name)).body[0]) if isinstance(n, ast.stmt)]
-    theirs = [n for n in ast.walk(ast.parse(plugin.source).body[0]) if isinstance(n, ast.stmt)]
+    ours = [n for n in _statements(fdef.body) if not is_poll(n)]
+    theirs = list(_statements(parse(plugin.source).body[0].body))
     first = plugin.manifest.get("first_line", 1)
-    return {start + a.lineno - 1: first + b.lineno - 1 for a, b in zip(ours, theirs)}
+    return {a.lineno: first + b.lineno - 1 for a, b in zip(ours, theirs)}
+
+
+def _statements(body):
+    """The statements of ``body``, depth first in source order (a poll's ``if`` without its inside)."""
+    for s in body:
+        yield s
+        if isinstance(s, ast.If) and is_poll(s):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(s, field, None)
+            if isinstance(inner, list):
+                yield from _statements(inner)
+        for h in getattr(s, "handlers", []):
+            yield from _statements(h.body)
 
 
 def globals_source(plugin, helper_decorator=None) -> str:
@@ -152,7 +167,7 @@ def jit_options(plugin) -> str:
 
 def body_raises(plugin) -> bool:
     """Whether the body has a raise or an assert (then the loop records the sample it is at)."""
-    return any(isinstance(n, (ast.Raise, ast.Assert)) for n in ast.walk(ast.parse(plugin.source)))
+    return any(isinstance(n, (ast.Raise, ast.Assert)) for n in ast.walk(parse(plugin.source)))
 
 
 def body_call_args(plugin) -> str:

@@ -31,7 +31,7 @@ import numpy as np
 
 from .bind import is_array
 from .bounds import first, index_error, new_record
-from .codegen import load_module
+from .cache import load_module
 from .device_codegen import device_source, no_contraction, samples_per_thread
 from .errors import kernel_error, message, retyped
 from .roles import OUTPUT_KINDS

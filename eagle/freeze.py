@@ -20,6 +20,7 @@ import numpy as np
 
 from .access import UNSUPPORTED
 from .kernel import Kernel
+from .syntax import parse
 
 #: helper functions compiled from source may call others this deep
 MAX_HELPER_DEPTH = 8
@@ -105,7 +106,7 @@ def _function_entry(kname, name, fn, depth):
     except (OSError, TypeError):
         raise ValueError(f"kernel {kname!r} calls {name!r}, whose source cannot be read; define it in a "
                          "file, a script or a notebook cell") from None
-    fdef = ast.parse(src).body[0]
+    fdef = parse(src).body[0]
     if not isinstance(fdef, ast.FunctionDef) or fn.__name__ == "<lambda>":
         raise ValueError(f"kernel {kname!r} calls {name!r}, which is not a plain function (def ...)")
     fdef.decorator_list = []
@@ -168,7 +169,7 @@ def _refuse_stateful(kname, fdef, frozen, where):
                              "sample, counter)) instead")
     for g in frozen:
         if g["kind"] == "function":
-            helper = ast.parse(g["source"]).body[0]
+            helper = parse(g["source"]).body[0]
             _refuse_stateful(kname, helper, g["frozen"], lambda n, h=g["name"]: f"helper {h!r}")
 
 
@@ -221,7 +222,7 @@ def _refuse_linear_algebra_without_scipy(kname, fdef, frozen, where):
                              "scipy's BLAS and LAPACK, and scipy is not installed: pip install scipy")
     for g in frozen:
         if g["kind"] == "function":
-            helper = ast.parse(g["source"]).body[0]
+            helper = parse(g["source"]).body[0]
             _refuse_linear_algebra_without_scipy(kname, helper, g["frozen"], lambda n, h=g["name"]: f"helper {h!r}")
 
 
@@ -246,7 +247,7 @@ def check_function_source(source, what, prefix="") -> ast.FunctionDef:
     """Refuse a source that is more than one plain function: no other module-level statement and
     no decorator (each would run when the generated module runs)."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError, TypeError) as e:
         raise ValueError(f"{prefix}{what} is not Python source ({e})") from None
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):

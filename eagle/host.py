@@ -4,13 +4,17 @@ The share is cut into tiles (``tiles``: about four per thread, whole rows for a 
 cells); each tile is one call of the numba-compiled loop (``eagle.host_codegen``), which
 releases the GIL, so the team's threads run in parallel.  A kernel that writes other samples
 runs as one tile, in sample order.  The team waits for every tile before it raises, then raises
-the first error in sample order.  The compiled entry is built once per process and plugin
-(``host_entry``).
+the first error in sample order (a laned or vectorised group that raised an out-of-range index
+reruns one sample at a time to name the first).  Ctrl-C sets every tile's stop flag, which the
+loops poll (``eagle.interrupt``).  The compiled entry is built once per process and plugin
+(``host_entry``), however many threads ask; which loop it runs is ``eagle.host_path``'s choice,
+and an entry may be run from several threads at once.
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 import re
 import threading
@@ -18,25 +22,31 @@ from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
-import numpy as np
 from numba.core.errors import NumbaError
 
 from .access import CROSS_SAMPLE_WRITE
-from .bounds import index_error, new_record, raised_record
-from .cache import compile_lock
-from .codegen import load_module, user_lines
+from .bounds import AT, index_error, new_record, raised_record
+from .cache import compile_lock, load_module
+from .codegen import body_function, user_lines
 from .errors import compile_error, kernel_error
 from .host_codegen import host_source, simd_source
-from .lanes import choose
-from .simd import choose as simd_choose, refusal as simd_refusal
+from .interrupt import new_progress, stop
+from .host_path import decide, without_lanes, without_simd
 from .rows import ROW, check_row_start, identity_rows, row_span
 
 _ENTRIES = {}
+_BUILDING = {}          # plugin key -> the lock held while its entry is built
 _LOCK = threading.Lock()
+_LOADING = threading.Lock()
 _POOL = None
+_POOL_THREADS = 0
 MIN_TILE = 2048
-#: seconds an interrupted run waits for its tiles to stop
-STOP_WAIT = 10.0
+#: the body's error record argument: the device's (``eagle.bounds``); on the host ``at`` raises
+#: and never writes it, so every tile passes this one
+_NO_RECORD = new_record()[0]
+#: seconds an interrupted run waits for its tiles to stop (their loops poll the stop flag every few
+#: thousand iterations: ``eagle.interrupt``)
+STOP_WAIT = 1.0
 #: the threads a caller gave this context's teams (``thread_budget``); None: the CPUs
 _BUDGET = contextvars.ContextVar("eagle_thread_budget", default=None)
 
@@ -75,14 +85,18 @@ def num_threads() -> int:
     return cpu_count() if budget is None else budget
 
 
-def _pool(threads: int) -> ThreadPoolExecutor:
-    global _POOL
+def _submit(threads: int, calls: list) -> list:
+    """Submit ``calls`` (functions of no argument) to the shared team of at least ``threads``
+    threads.  The team grows by a new pool replacing the old one, which finishes what it was given;
+    submitting under the same lock as the replacement, no caller ever submits to a pool shut down."""
+    global _POOL, _POOL_THREADS
     with _LOCK:
-        if _POOL is None or _POOL._max_workers < threads:
+        if _POOL is None or _POOL_THREADS < threads:
             if _POOL is not None:
                 _POOL.shutdown(wait=False)
             _POOL = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="eagle-team")
-        return _POOL
+            _POOL_THREADS = threads
+        return [_POOL.submit(c) for c in calls]
 
 
 def tiles(start: int, stop: int, threads: int, rows: bool) -> list[tuple[int, int]]:
@@ -100,7 +114,7 @@ def tiles(start: int, stop: int, threads: int, rows: bool) -> list[tuple[int, in
 class HostEntry:
     """The compiled host loop of one plugin (one per process, keyed by the plugin's hash)."""
 
-    def __init__(self, plugin, lanes: int | None = None, simd=None):
+    def __init__(self, plugin, lanes: int | None = None, simd=None, polls: bool = True):
         """``lanes``: samples run in lockstep by the laned loop (``eagle.lanes``); None lets eagle
         choose (``EAGLE_HOST_LANES`` forces it), 1 runs one sample at a time.  ``simd``: None lets
         eagle choose the vectorised loop (``eagle.simd``; ``EAGLE_HOST_SIMD``), False never takes
@@ -109,48 +123,67 @@ class HostEntry:
 
         ``path`` is what runs: ``"simd"``, ``"lanes"`` or ``"one"`` (one sample at a time);
         ``simd_reason`` why the vectorised loop does not (None when it does); ``lanes`` the samples
-        in lockstep (a tile for ``"simd"``) and ``lanes_reason`` why one at a time."""
+        in lockstep (a tile for ``"simd"``) and ``lanes_reason`` why one at a time.  ``polls``:
+        the loops poll the stop flag (``eagle.interrupt``; off only to measure what polls cost).
+
+        An entry may be run from several threads at once: what it runs, and its fall back to a
+        slower path, change under its lock."""
         self.plugin = plugin
-        self.simd, self.simd_reason = simd_choose(plugin, lanes, simd)
-        if self.simd is not None:
-            self._load_simd()
-        else:
-            self._load(*choose(plugin, lanes))
+        self.polls = polls
+        self._lock = threading.RLock()
+        self.restored = self._restored(plugin)
+        self._take(decide(plugin, lanes, simd))
+
+    # what runs: the path (``eagle.host_path``) and its module
+    simd = property(lambda self: self.chosen.simd)
+    simd_reason = property(lambda self: self.chosen.simd_reason)
+    lanes_reason = property(lambda self: self.chosen.lanes_reason)
+    path = property(lambda self: self.chosen.name)
 
     @property
-    def path(self) -> str:
-        return "simd" if self.simd is not None else "lanes" if self.lanes > 1 else "one"
+    def lanes(self) -> int:
+        """Samples run together: the laned loop's lanes (1: one at a time); on the vectorised
+        path, its tile width (``width``)."""
+        return self.width
 
-    def _load(self, lanes, reason):
-        self.lanes, self.lanes_reason = lanes, reason
-        self.source = host_source(self.plugin, lanes)
-        self.module = load_module("host", self.plugin, self.source)
-        self.tile = self.module._eagle_tile
-
-    def _load_simd(self):
-        self.source = simd_source(self.plugin, self.simd)
-        self.module = load_module("host", self.plugin, self.source)
-        self.tile = self.module._eagle_tile
-        self.lanes, self.lanes_reason = self.module.TILE_WIDTH, None
+    def _take(self, chosen):
+        """Build the module of the path ``chosen`` and make it the entry's."""
+        unpolled = {} if self.polls else {"polls": False}
+        if chosen.simd is not None:
+            source = simd_source(self.plugin, chosen.simd, **unpolled)
+        else:
+            source = host_source(self.plugin, chosen.lanes, **unpolled)
+        module = _load(self.plugin, source)
+        self.chosen, self.source, self.module, self.tile = chosen, source, module, module._eagle_tile
+        #: samples that run together (a vectorised tile, a lane group; 1: one at a time)
+        self.width = module.TILE_WIDTH if chosen.simd is not None else chosen.lanes
 
     def _compile(self, start, po, args, r0):
+        """The compiled tile loop to run for these argument types and its ``width`` (``_settle``,
+        under the entry's lock: two threads never change the path at once, nor run one half
+        changed)."""
+        with self._lock:
+            self._settle(start, po, args, r0)
+            return self.tile, self.width
+
+    def _settle(self, start, po, args, r0):
         """Compile the tile for these argument types.
 
         When one sample at a time does not compile either, the arguments are the kernel's problem:
         a short TypeError naming the kernel, its line and the types (``errors.compile_error``),
         and the entry keeps its path for later runs.  When only the faster path does not compile,
-        the entry falls back visibly: the vectorised loop to the laned one, the laned body to one
-        sample at a time (``simd_reason``, ``lanes_reason``)."""
+        the entry falls back visibly (``eagle.host_path``): the vectorised loop to the laned one,
+        the laned body to one sample at a time (``simd_reason``, ``lanes_reason``)."""
         def attempt(module):
             with compile_lock(module):             # one process per host compiles, the others load
-                module._eagle_tile(start, start, po, new_progress(), *args, new_record()[0], r0)
+                module._eagle_tile(start, start, po, new_progress(), *args, _NO_RECORD, r0)
 
         try:
             return attempt(self.module)
         except NumbaError as e:
             failed = e
-        one_source = host_source(self.plugin, 1)
-        one = self.module if self.path == "one" else load_module("host", self.plugin, one_source)
+        one_source = host_source(self.plugin, 1, self.polls)
+        one = self.module if self.path == "one" else _load(self.plugin, one_source)
         if one is not self.module:
             try:
                 attempt(one)
@@ -158,15 +191,14 @@ class HostEntry:
                 failed = e
             else:
                 if self.simd is not None:
-                    self.simd, self.simd_reason = None, simd_refusal(failed)
-                    self._load(*choose(self.plugin))
-                    if self.lanes == 1:
+                    self._take(without_simd(self.plugin, failed))
+                    if self.path == "one":
                         return
                     try:
                         return attempt(self.module)
                     except NumbaError as e:
                         failed = e
-                self._load(1, f"the laned body did not compile ({type(failed).__name__})")
+                self._take(without_lanes(self.chosen, failed))
                 return
         line = user_lines(self.plugin, self.source if one is self.module else one_source).get(
             _failing_line(failed, one))
@@ -193,15 +225,18 @@ class HostEntry:
         if not cut:
             return rows
         # compile (or load from the disk cache) in this thread, before the team starts
-        self._compile(start, po, args, r0)
+        tile, width = self._compile(start, po, args, r0)
         progs = [new_progress() for _ in cut]
-        unused = new_record(len(cut))                  # the device's bounds record; the host raises
         errors = [None] * len(cut)
+        saved = [None] * len(cut)
+        keep = self.restored if width > 1 else ()
 
         def one(k):
             a, b = cut[k]
+            if keep:                                   # what a rerun of the share's samples restores
+                saved[k] = {m: values[m][self._rows(m, a, b, po)].copy() for m in keep}
             try:
-                self.tile(a, b, po, progs[k], *args, unused[k], r0)
+                tile(a, b, po, progs[k], *args, _NO_RECORD, r0)
             except Exception as e:  # noqa: BLE001 - re-raised below, first in sample order
                 errors[k] = e
 
@@ -212,17 +247,18 @@ class HostEntry:
                     break
 
         # the tiles run on the team, never in this thread, which waits where Ctrl-C reaches it
-        pool = _pool(max(threads, 1))
         if len(cut) == 1 or threads == 1:
-            jobs = [pool.submit(in_order)]
+            jobs = _submit(max(threads, 1), [in_order])
         else:
-            jobs = [pool.submit(one, k) for k in range(len(cut))]
+            jobs = _submit(threads, [functools.partial(one, k) for k in range(len(cut))])
         _wait(jobs, progs)
         for k, e in enumerate(errors):                # tiles in sample order: the first error wins
             if e is None:
                 continue
             record = raised_record(e)
             if record is not None:
+                if width > 1:
+                    record = self._first_bad(record, cut[k], width, values, po, args, r0, saved[k])
                 raise kernel_error(p.name, index_error(p, record), f"sample {int(record[0])}") from None
             s = int(progs[k][0])
             where = f"sample {s}" if s >= 0 else f"a sample in [{cut[k][0]}, {cut[k][1]})"
@@ -230,25 +266,63 @@ class HostEntry:
         return rows
 
 
-def new_progress() -> np.ndarray:
-    """A tile's progress record: the sample a raising kernel is at, and the stop flag the
-    generated loop polls between samples (``host_codegen.POLL``)."""
-    return np.array([-1, 0], dtype=np.int64)
+    @staticmethod
+    def _restored(plugin):
+        """The Mutable planes a rerun of some samples must restore first: none when the body has
+        no checked index (then no IndexError to place)."""
+        if AT not in body_function(plugin):
+            return ()
+        return tuple(name for role, name in plugin.arg_spec if role.kind == "Mutable")
+
+    def _rows(self, name, a, b, po):
+        """The slice of plane ``name`` holding samples ``[a, b)``."""
+        off = po if name in self.plugin.sliceable else 0
+        return slice(a - off, b - off)
+
+    def _first_bad(self, record, share, width, values, po, args, r0, saved):
+        """The first sample in sample order with a bad index, given the ``record`` a laned or
+        vectorised share raised.  Those run ``width`` samples together statement by statement (or
+        loop by loop over the tile), so a later sample of the group may fail before an earlier one
+        reaches its own bad index; every sample before the group finished.  The group's samples up
+        to the reported one rerun one at a time, the Mutable planes restored first, and the first
+        of them to fail is the answer (the reported one when the rerun does not compile)."""
+        a, s = share[0], int(record[0])
+        lo = a + (max(0, s - width + 1 - a) // ROW) * ROW       # on a row: where a group started
+        for m, rows in (saved or {}).items():
+            values[m][self._rows(m, lo, s + 1, po)] = rows[lo - a:s + 1 - a]
+        one = _load(self.plugin, host_source(self.plugin, 1, self.polls))
+        try:
+            one._eagle_tile(lo, s + 1, po, new_progress(), *args, _NO_RECORD, r0)
+        except NumbaError:
+            return record
+        except Exception as e:  # noqa: BLE001 - only the bounds record is used
+            first = raised_record(e)
+            return record if first is None else first
+        return record
 
 
 def _wait(jobs, progs):
     """Wait for the team's jobs.  When this thread is interrupted (Ctrl-C), every tile is told to
-    stop at its next sample, the team is waited for (``STOP_WAIT`` seconds at most), and the
-    interruption goes on: a run stops within about a poll of Ctrl-C and the process can exit."""
+    stop (its loops poll the flag: ``eagle.interrupt``), the team is waited for (``STOP_WAIT``
+    seconds at most), and the interruption goes on: a run stops within a poll of Ctrl-C and the
+    process can exit."""
     try:
         pending = set(jobs)
         while pending:
             _, pending = futures.wait(pending, timeout=0.25)
     except BaseException:
         for prog in progs:
-            prog[1] = 1
+            stop(prog)
         futures.wait(jobs, timeout=STOP_WAIT)
         raise
+
+
+def _load(plugin, source):
+    """The host module of ``source``, loaded by one thread at a time (two entries of one kernel, in
+    two threads, never see each other's module half executed; loading defines the compiled
+    functions, it does not compile them)."""
+    with _LOADING:
+        return load_module("host", plugin, source)
 
 
 def _failing_line(exc, module):
@@ -261,10 +335,19 @@ def _failing_line(exc, module):
 
 
 def host_entry(plugin) -> HostEntry:
+    """The one entry of ``plugin`` in this process: built by the first thread that asks (under a
+    lock of its own key, so threads asking for other kernels do not wait), found by the others."""
     with _LOCK:
         entry = _ENTRIES.get(plugin.key)
-    if entry is None:
-        entry = HostEntry(plugin)
+        if entry is not None:
+            return entry
+        building = _BUILDING.setdefault(plugin.key, threading.Lock())
+    with building:
         with _LOCK:
-            entry = _ENTRIES.setdefault(plugin.key, entry)
+            entry = _ENTRIES.get(plugin.key)
+        if entry is None:
+            entry = HostEntry(plugin)
+            with _LOCK:
+                _ENTRIES[plugin.key] = entry
+                _BUILDING.pop(plugin.key, None)
     return entry

@@ -16,27 +16,38 @@ from __future__ import annotations
 from . import __version__
 from .bounds import AT, ERR
 from .codegen import body_call_args, body_function, body_raises, globals_source, jit_options
+from .interrupt import MODULE as INTERRUPT, PROG, polled, stop_test
 from .lanes import lanes_function
 from .rows import BUILTIN_ALIASES, RANGE, ROW, row_loop_lines, scratch_name
 from .simd import ALIASES as SIMD_ALIASES, MIN as SMIN, Options, build as simd_build
 
-TRACK = "_eagle_prog[0] = _eagle_i"
-#: the stop flag (``eagle.host.new_progress``): a tile returns at the next sample, group or tile
-#: after Ctrl-C
-STOP = "_eagle_prog[1] != 0"
+TRACK = f"{PROG}[0] = _eagle_i"
+#: the loops the transforms generate over a tile's samples: bounded by the tile, never polled
+BOUNDED = frozenset({"_eagle_s", "_eagle_once"})
 
 
 def poll(ind: str) -> list:
-    """Lines that end the tile when the run was interrupted."""
-    return [f"{ind}if {STOP}:", f"{ind}    return"]
+    """Lines that end the tile when the run was interrupted (``eagle.interrupt``): at the next
+    sample, group or vectorised tile after Ctrl-C."""
+    return [f"{ind}if {stop_test()}:", f"{ind}    return"]
+
+
+def _function(source: str, polls: bool) -> str:
+    """A generated function, its loops polling the stop flag (``eagle.interrupt``) when ``polls``
+    (its last parameter is then the progress record); else as it is, with an unused last parameter."""
+    if polls:
+        return polled(source, BOUNDED)
+    head, rest = source.split(")", 1)
+    return f"{head}, {PROG}){rest}"
 
 
 def group_loop(ind: str, start: str, stop: str, call_args: str, lanes: int, track: bool) -> list:
     """Lines running samples ``[start, stop)``: groups of ``lanes`` laned, the rest one at a time.
 
-    ``call_args`` follows the index in a body call; ``track`` records the sample before each
-    one-at-a-time call (a kernel that raises is never laned).
+    ``call_args`` follows the index in a body call (the progress record is added last); ``track``
+    records the sample before each one-at-a-time call (a kernel that raises is never laned).
     """
+    call_args = f"{call_args}, {PROG}"
     lines = []
     first = start
     if lanes > 1:
@@ -54,8 +65,9 @@ def group_loop(ind: str, start: str, stop: str, call_args: str, lanes: int, trac
     return lines
 
 
-def host_source(plugin, lanes: int = 1) -> str:
-    """The host module's text for ``plugin``, running ``lanes`` samples in lockstep (1: one at a time)."""
+def host_source(plugin, lanes: int = 1, polls: bool = True) -> str:
+    """The host module's text for ``plugin``, running ``lanes`` samples in lockstep (1: one at a
+    time); ``polls``: the body's loops poll the stop flag (off only to measure what polls cost)."""
     args = [name for _, name in plugin.arg_spec]
     body_args = body_call_args(plugin)
     track = body_raises(plugin)
@@ -66,15 +78,16 @@ def host_source(plugin, lanes: int = 1) -> str:
         "from numba import njit as _eagle_njit",
         "from eagle.rows import row_partial as _eagle_row_partial",
         f"from eagle.bounds import at as {AT}",
+        f"import eagle.interrupt as {INTERRUPT}",
         BUILTIN_ALIASES,
         globals_source(plugin),
         "",
         f"@_eagle_njit({opts})",
-        body_function(plugin),
+        _function(body_function(plugin), polls),
         "",
-        *([f"@_eagle_njit({opts})", lanes_function(plugin, lanes), ""] if lanes > 1 else []),
+        *([f"@_eagle_njit({opts})", _function(lanes_function(plugin, lanes), polls), ""] if lanes > 1 else []),
         f"@_eagle_njit({opts})",
-        f"def _eagle_tile(_eagle_start, _eagle_stop, _eagle_po, _eagle_prog, {', '.join(args)}, {ERR}, _eagle_row0):",
+        f"def _eagle_tile(_eagle_start, _eagle_stop, _eagle_po, {PROG}, {', '.join(args)}, {ERR}, _eagle_row0):",
     ]
     ind = "    "
     if not plugin.cells:
@@ -87,7 +100,7 @@ def host_source(plugin, lanes: int = 1) -> str:
     return "\n".join(out) + "\n"
 
 
-def simd_source(plugin, opts: Options) -> str:
+def simd_source(plugin, opts: Options, polls: bool = True) -> str:
     """The host module's text for ``plugin`` with the vectorised loop (``eagle.simd``)."""
     built = simd_build(plugin, opts)
     T = built.tile
@@ -101,16 +114,17 @@ def simd_source(plugin, opts: Options) -> str:
         "from numba import njit as _eagle_njit",
         "from eagle.rows import row_partial as _eagle_row_partial",
         f"from eagle.bounds import at as {AT}",
-        "import eagle.simd as _eagle_simd_rt",
+        "import eagle.simd_runtime as _eagle_simd_rt",
+        f"import eagle.interrupt as {INTERRUPT}",
         BUILTIN_ALIASES,
         SIMD_ALIASES,
         f"TILE_WIDTH = {T}",
         globals_source(plugin),
         "",
         *([jit, built.witness, ""] if built.witness else []),
-        jit, built.function, "",
+        jit, _function(built.function, polls), "",
         jit,
-        f"def _eagle_tile(_eagle_start, _eagle_stop, _eagle_po, _eagle_prog, {args}, {ERR}, _eagle_row0):",
+        f"def _eagle_tile(_eagle_start, _eagle_stop, _eagle_po, {PROG}, {args}, {ERR}, _eagle_row0):",
     ]
     ind = "    "
     if built.vector == 512:
@@ -135,7 +149,7 @@ def simd_source(plugin, opts: Options) -> str:
     tail = "".join(f", {e}" for e in extra)
 
     def call(b, n):
-        return f"_eagle_simd({b}, {n}, {call_args}, {ERR}, _eagle_po, 0{tail})"
+        return f"_eagle_simd({b}, {n}, {call_args}, {ERR}, _eagle_po, 0{tail}, {PROG})"
 
     if not plugin.cells:
         out += [f"{ind}_eagle_b = _eagle_start",

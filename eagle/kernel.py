@@ -12,6 +12,7 @@ import textwrap
 import numpy as np
 
 from .roles import Role, dtype_problem
+from .syntax import parse
 
 
 def _pickler():
@@ -32,7 +33,7 @@ def read_source(fn, name):
             "interactive prompt without a file?); eagle compiles a kernel from its source, so define "
             "it in a module, a script or a notebook cell") from None
     src = textwrap.dedent("".join(lines))
-    tree = ast.parse(src)
+    tree = parse(src)
     fdef = tree.body[0]
     if not isinstance(fdef, ast.FunctionDef):
         raise TypeError(f"kernel {name!r}: @eagle.kernel decorates a plain function (def ...)")

@@ -34,6 +34,7 @@ from .device_ptx import device_ptx
 from .host import host_entry
 from .kernel import Kernel, kernel as _as_kernel
 from .roles import OUTPUT_KINDS, Cell, In, Mutable, Out, Param, Table
+from .syntax import parse
 
 SCHEMA = 3          # 3: the Table role
 INTEGRITY = "integrity"
@@ -143,7 +144,7 @@ class Plugin:
         self.defaults = dict(manifest.get("defaults", {}))
         self.frozen = manifest["frozen"]
         self.fma = manifest.get("fma", False)
-        info = analyse(ast.parse(source).body[0], self.index_name, self.roles, self.name, manifest.get("first_line", 1),
+        info = analyse(parse(source).body[0], self.index_name, self.roles, self.name, manifest.get("first_line", 1),
                        manifest.get("declared_access"))
         self.exec_access = info.access
         self.reads_other_samples = info.reads_other_samples
@@ -235,7 +236,7 @@ def deploy(k) -> Plugin:
         return k
     if not isinstance(k, Kernel):
         k = _as_kernel(k)
-    fdef = ast.parse(k.source).body[0]
+    fdef = parse(k.source).body[0]
     # analysed first, so a refusal of the body names the kernel and the line at deploy (Plugin
     # re-derives the same); then the body's free names are frozen
     info = analyse(fdef, k.index_name, {n: r for r, n in k.arg_spec}, k.name, k.first_line, k.access)

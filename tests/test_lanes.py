@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import eagle
+import eagle.interrupt
 from eagle import Cell, In, Out, Param
 from eagle.exec import HostTeam
 from eagle.host import HostEntry
@@ -257,7 +258,7 @@ def laned_asm(plugin, name):
     fn = numba.njit(**opts)(HostEntry(plugin, simd=False).module._eagle_body_lanes.py_func)
     bound = eagle.bind.bind(plugin, planes_of(name, 16))
     fn(0, *[np.zeros(32) if a in plugin.cells else bound.values[a] for _, a in plugin.arg_spec],
-       eagle.bounds.new_record()[0], 0, 0)
+       eagle.bounds.new_record()[0], 0, 0, eagle.interrupt.new_progress())
     return fn.inspect_asm(fn.signatures[0])
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import eagle
+import eagle.interrupt
 from benchmarks.simd import cellsum, newton, newton_inputs
 from eagle import Cell, In, Out, Param
 from eagle import random as erandom
