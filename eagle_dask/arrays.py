@@ -315,7 +315,7 @@ def _result_arrays(plugin, bound, outs, token, rows_name, sizes, runs):
         out_name = keys.name(plugin.name, "out", f"{token}-{name}")
         tail = () if width is None else (0,)
         graph = HighLevelGraph.from_collections(
-            out_name, {(out_name, b) + tail: (pick_block, (run_name, b), name) for b in blocks},
+            out_name, {(out_name, b) + tail: (pick_block, (runs.name, b), name) for b in blocks},
             dependencies=[runs])
         chunks = (sizes,) if width is None else (sizes, (width,))
         results[name] = da.Array(graph, out_name, chunks=chunks, dtype=np.float64,
