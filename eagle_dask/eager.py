@@ -129,7 +129,7 @@ class EagerRun:
     def run(self):
         plugin, bound = self.plugin, self.bound
         client = self.client = self.structure.get_client(self.name)
-        self.table = self.structure._ranks_now(client)
+        self.table = self.structure.ranks_now(client)
         n = bound.n
         parts = split(n, len(self.table), rows=bool(plugin.cells))
         sliceable = plugin.sliceable
@@ -146,10 +146,10 @@ class EagerRun:
         self.rows_of = [None] * len(parts)
         self.blocks = [_Block(r, p) for r, p in enumerate(parts) if p.count]
         if not self.blocks:
-            return self.structure._rows(plugin, self.rows_of)
+            return rows_by_cell(plugin, self.rows_of)
         self.task = run_block
         self.ref = PluginRef(plugin)
-        self.tag = keys.new_tag(self.structure._progress_wanted())
+        self.tag = keys.new_tag(self.structure.wants_progress())
         self.whole_f = None
         self.bar = None
         self._resubmitted = []
@@ -181,7 +181,7 @@ class EagerRun:
             Held.hold(client, self._futures())
         else:
             self._release()
-        return self.structure._rows(plugin, self.rows_of)
+        return rows_by_cell(plugin, self.rows_of)
 
     def _send_tables(self):
         """Numpy tables to every worker, kept there across runs (``eagle_dask.tables``)."""
@@ -326,7 +326,7 @@ class EagerRun:
 
     def _live(self):
         """Every worker of the cluster now (waiting, at most ``timeout`` seconds, for one)."""
-        return self.structure._ranks_now(self.client, every=True)
+        return self.structure.ranks_now(self.client, every=True)
 
     # -- ending ----------------------------------------------------------------------------
     def _cancel(self):
@@ -402,6 +402,13 @@ class StuckWatch:
                 f"{timeout:g} s; the blocks of rank(s) {run.left()} of kernel {run.name!r} "
                 "were not computed and the output planes are incomplete")
         return [], None
+
+
+def rows_by_cell(plugin, rows_of):
+    """``{cell: row partials}`` of every rank's block, in rank order (``rows_of[rank]``, None for
+    a rank without samples)."""
+    return {c: np.concatenate([np.zeros((0, 2))] + [rows[c] for rows in rows_of if rows is not None])
+            for c in plugin.cells}
 
 
 # -- transport: shared memory on the driver's host (``eagle_dask.shm``), messages elsewhere ------
