@@ -39,7 +39,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from eagle.errors import with_place
-from eagle.host import MIN_TILE, host_entry, num_threads, thread_budget
+from eagle.host import MIN_CHUNK, host_entry, num_threads, thread_budget
 from eagle.local import DeviceKernel, HostTeam
 from eagle.plugin import Plugin
 from eagle.roles import OUTPUT_KINDS
@@ -157,10 +157,10 @@ def still_wanted() -> bool:
 
 def first_piece() -> int:
     """Samples of a host block's first piece: a few rows on one thread; on a team of ``T``
-    threads, enough for the host engine to cut its ``4 T`` tiles (``eagle.host.tiles``), so
+    threads, enough for the host engine to cut its ``4 T`` chunks (``eagle.host.chunks``), so
     that pieces never run on fewer threads than one call would."""
     threads = num_threads()
-    return FIRST_PIECE if threads == 1 else max(FIRST_PIECE, 4 * threads * MIN_TILE)
+    return FIRST_PIECE if threads == 1 else max(FIRST_PIECE, 4 * threads * MIN_CHUNK)
 
 
 def run_pieces(inner, plugin, values, start, stop, po=0, device=None, wanted=still_wanted, report=report_piece):
