@@ -106,8 +106,9 @@ def host_team(case: Case, count: int) -> Row:
 
     with threads(count):
         t = measure(run, case.fresh, case.repeats)
-    lanes = getattr(plugin, "host_lanes", None)
-    lanes = f"host lanes {lanes}" if lanes is not None else ""
+    path = getattr(plugin, "host_path", None)
+    lanes = (f"host {path} (simd width {plugin.host_simd_width}, lanes {plugin.host_lanes})"
+             if path is not None else "")
     if case.reference is None:                        # the baseline: compare it with its own warm-up
         case.reference = t.result
         case.ref_digest = bits.digest(t.result)

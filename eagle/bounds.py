@@ -18,7 +18,7 @@ wrap-around), never reaches the plane:
 Either way the engine raises an ``IndexError`` naming the kernel, the plane, the index and the
 sample (``index_error``).  A plane passed to a helper is indexed outside the body: helpers eagle
 compiles from source get numba's own bounds checks (``boundscheck=True``; an IndexError naming
-the kernel), and an imported compiled helper is the user's own code, as it was written.  The host reports the first bad access its tiles met, tiles in sample
+the kernel), and an imported compiled helper is the user's own code, as it was written.  The host reports the first bad access its chunks met, chunks in sample
 order; the device, the last one a thread recorded.
 """
 from __future__ import annotations

@@ -40,6 +40,7 @@ from .rows import check_row_start, identity_rows
 INSTALL = "pip install 'eagle[cuda12]'"
 BLOCK = 128
 _ENTRIES = {}
+_BUILDING = {}          # plugin key -> the lock held while its entry is built
 _LOCK = threading.Lock()
 
 
@@ -135,20 +136,16 @@ def device_zeros(device: int):
 # -- the compiled entry ----------------------------------------------------------------------
 
 class DeviceEntry:
-    """The generated launch kernel of one plugin (one per process, keyed by the plugin's hash)."""
+    """The generated launch kernel of one plugin (one per process, keyed by the plugin's hash,
+    built by ``device_entry``): its source generated when the entry is built (that needs numba's
+    CUDA target: its options depend on it), its module loaded and compiled on first launch."""
 
     def __init__(self, plugin):
         self.plugin = plugin
-        self._source = self._module = None
+        cuda_module()
+        self.source = device_source(plugin)         # the generated module's text
+        self._module = None
         self._lock = threading.Lock()
-
-    @property
-    def source(self) -> str:
-        """The generated module's text (needs numba's CUDA target: its options depend on it)."""
-        if self._source is None:
-            cuda_module()
-            self._source = device_source(self.plugin)
-        return self._source
 
     @property
     def launch(self):
@@ -241,9 +238,20 @@ def _body_error(kernel, exc, start, stop, per, block):
 
 
 def device_entry(plugin) -> DeviceEntry:
-    """The plugin's device entry: generated once per process; compiled on first launch per GPU."""
+    """The one device entry of ``plugin`` in this process: built (its source generated) by the
+    first thread that asks, under a lock of its own key so threads asking for other kernels do not
+    wait, found by the others; compiled on first launch per GPU."""
     with _LOCK:
         entry = _ENTRIES.get(plugin.key)
+        if entry is not None:
+            return entry
+        building = _BUILDING.setdefault(plugin.key, threading.Lock())
+    with building:
+        with _LOCK:
+            entry = _ENTRIES.get(plugin.key)
         if entry is None:
-            entry = _ENTRIES[plugin.key] = DeviceEntry(plugin)
+            entry = DeviceEntry(plugin)
+            with _LOCK:
+                _ENTRIES[plugin.key] = entry
+                _BUILDING.pop(plugin.key, None)
     return entry

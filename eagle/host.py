@@ -1,11 +1,11 @@
 """The host engine: samples ``[start, stop)`` of a plugin run by a team of CPU threads.
 
-The share is cut into tiles (``tiles``: about four per thread, whole rows for a kernel with
-cells); each tile is one call of the numba-compiled loop (``eagle.host_codegen``), which
+The share is cut into chunks (``chunks``: about four per thread, whole rows for a kernel with
+cells); each chunk is one call of the numba-compiled loop (``eagle.host_codegen``), which
 releases the GIL, so the team's threads run in parallel.  A kernel that writes other samples
-runs as one tile, in sample order.  The team waits for every tile before it raises, then raises
+runs as one chunk, in sample order.  The team waits for every chunk before it raises, then raises
 the first error in sample order (a laned or vectorised group that raised an out-of-range index
-reruns one sample at a time to name the first).  Ctrl-C sets every tile's stop flag, which the
+reruns one sample at a time to name the first).  Ctrl-C sets every chunk's stop flag, which the
 loops poll (``eagle.interrupt``).  The compiled entry is built once per process and plugin
 (``host_entry``), however many threads ask; which loop it runs is ``eagle.host_path``'s choice,
 and an entry may be run from several threads at once.
@@ -40,11 +40,12 @@ _LOCK = threading.Lock()
 _LOADING = threading.Lock()
 _POOL = None
 _POOL_THREADS = 0
-MIN_TILE = 2048
+#: the fewest samples in a chunk (a smaller run is cut into fewer chunks)
+MIN_CHUNK = 2048
 #: the body's error record argument: the device's (``eagle.bounds``); on the host ``at`` raises
-#: and never writes it, so every tile passes this one
+#: and never writes it, so every chunk passes this one
 _NO_RECORD = new_record()[0]
-#: seconds an interrupted run waits for its tiles to stop (their loops poll the stop flag every few
+#: seconds an interrupted run waits for its chunks to stop (their loops poll the stop flag every few
 #: thousand iterations: ``eagle.interrupt``)
 STOP_WAIT = 1.0
 #: the threads a caller gave this context's teams (``thread_budget``); None: the CPUs
@@ -99,12 +100,12 @@ def _submit(threads: int, calls: list) -> list:
         return [_POOL.submit(c) for c in calls]
 
 
-def tiles(start: int, stop: int, threads: int, rows: bool) -> list[tuple[int, int]]:
-    """Cut ``[start, stop)`` into about 4 tiles per thread, whole rows when ``rows``."""
+def chunks(start: int, stop: int, threads: int, rows: bool) -> list[tuple[int, int]]:
+    """Cut ``[start, stop)`` into about 4 chunks per thread, whole rows when ``rows``."""
     count = stop - start
     if count <= 0:
         return []
-    want = max(1, min(4 * threads if threads > 1 else 1, count // MIN_TILE or 1))
+    want = max(1, min(4 * threads if threads > 1 else 1, count // MIN_CHUNK or 1))
     size = -(-count // want)
     if rows:
         size = -(-size // ROW) * ROW
@@ -122,8 +123,9 @@ class HostEntry:
         count given here runs the laned loop.
 
         ``path`` is what runs: ``"simd"``, ``"lanes"`` or ``"one"`` (one sample at a time);
-        ``simd_reason`` why the vectorised loop does not (None when it does); ``lanes`` the samples
-        in lockstep (a tile for ``"simd"``) and ``lanes_reason`` why one at a time.  ``polls``:
+        ``simd_reason`` why the vectorised loop does not (None when it does); ``simd_width`` the
+        samples of its tile (None off that path); ``lanes`` the laned loop's lanes (1 on the other
+        paths) and ``lanes_reason`` why one at a time.  ``polls``:
         the loops poll the stop flag (``eagle.interrupt``; off only to measure what polls cost).
 
         An entry may be run from several threads at once: what it runs, and its fall back to a
@@ -142,9 +144,14 @@ class HostEntry:
 
     @property
     def lanes(self) -> int:
-        """Samples run together: the laned loop's lanes (1: one at a time); on the vectorised
-        path, its tile width (``width``)."""
-        return self.width
+        """The laned loop's lanes: samples run in lockstep on the ``"lanes"`` path; 1 on the
+        vectorised and one-at-a-time paths."""
+        return self.chosen.lanes if self.chosen.simd is None else 1
+
+    @property
+    def simd_width(self) -> int | None:
+        """The samples of one tile of the vectorised loop; None off the ``"simd"`` path."""
+        return self.width if self.chosen.simd is not None else None
 
     def _take(self, chosen):
         """Build the module of the path ``chosen`` and make it the entry's."""
@@ -154,20 +161,20 @@ class HostEntry:
         else:
             source = host_source(self.plugin, chosen.lanes, **unpolled)
         module = _load(self.plugin, source)
-        self.chosen, self.source, self.module, self.tile = chosen, source, module, module._eagle_tile
+        self.chosen, self.source, self.module, self.loop = chosen, source, module, module._eagle_tile
         #: samples that run together (a vectorised tile, a lane group; 1: one at a time)
         self.width = module.TILE_WIDTH if chosen.simd is not None else chosen.lanes
 
     def _compile(self, start, po, args, r0):
-        """The compiled tile loop to run for these argument types and its ``width`` (``_settle``,
+        """The compiled loop to run for these argument types and its ``width`` (``_settle``,
         under the entry's lock: two threads never change the path at once, nor run one half
         changed)."""
         with self._lock:
             self._settle(start, po, args, r0)
-            return self.tile, self.width
+            return self.loop, self.width
 
     def _settle(self, start, po, args, r0):
-        """Compile the tile for these argument types.
+        """Compile the loop for these argument types.
 
         When one sample at a time does not compile either, the arguments are the kernel's problem:
         a short TypeError naming the kernel, its line and the types (``errors.compile_error``),
@@ -220,12 +227,12 @@ class HostEntry:
         threads = num_threads() if threads is None else threads
         if p.exec_access == CROSS_SAMPLE_WRITE:
             threads = 1
-        cut = tiles(start, stop, threads, bool(p.cells)) if threads > 1 else (
+        cut = chunks(start, stop, threads, bool(p.cells)) if threads > 1 else (
             [(start, stop)] if stop > start else [])
         if not cut:
             return rows
         # compile (or load from the disk cache) in this thread, before the team starts
-        tile, width = self._compile(start, po, args, r0)
+        loop, width = self._compile(start, po, args, r0)
         progs = [new_progress() for _ in cut]
         errors = [None] * len(cut)
         saved = [None] * len(cut)
@@ -236,7 +243,7 @@ class HostEntry:
             if keep:                                   # what a rerun of the share's samples restores
                 saved[k] = {m: values[m][self._rows(m, a, b, po)].copy() for m in keep}
             try:
-                tile(a, b, po, progs[k], *args, _NO_RECORD, r0)
+                loop(a, b, po, progs[k], *args, _NO_RECORD, r0)
             except Exception as e:  # noqa: BLE001 - re-raised below, first in sample order
                 errors[k] = e
 
@@ -246,13 +253,13 @@ class HostEntry:
                 if errors[k] is not None:
                     break
 
-        # the tiles run on the team, never in this thread, which waits where Ctrl-C reaches it
+        # the chunks run on the team, never in this thread, which waits where Ctrl-C reaches it
         if len(cut) == 1 or threads == 1:
             jobs = _submit(max(threads, 1), [in_order])
         else:
             jobs = _submit(threads, [functools.partial(one, k) for k in range(len(cut))])
         _wait(jobs, progs)
-        for k, e in enumerate(errors):                # tiles in sample order: the first error wins
+        for k, e in enumerate(errors):                # chunks in sample order: the first error wins
             if e is None:
                 continue
             record = raised_record(e)
@@ -302,7 +309,7 @@ class HostEntry:
 
 
 def _wait(jobs, progs):
-    """Wait for the team's jobs.  When this thread is interrupted (Ctrl-C), every tile is told to
+    """Wait for the team's jobs.  When this thread is interrupted (Ctrl-C), every chunk is told to
     stop (its loops poll the flag: ``eagle.interrupt``), the team is waited for (``STOP_WAIT``
     seconds at most), and the interruption goes on: a run stops within a poll of Ctrl-C and the
     process can exit."""

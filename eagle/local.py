@@ -17,7 +17,7 @@ from .structure import Structure
 
 
 class _HostTeam(Structure):
-    """A numba-compiled loop over each partition, cut in tiles run by a team of threads."""
+    """A numba-compiled loop over each partition, cut in chunks run by a team of threads."""
 
     name = "host_team"
     public_name = "HostTeam"

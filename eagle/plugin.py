@@ -172,8 +172,16 @@ class Plugin:
 
     @property
     def host_lanes(self) -> int:
-        """Samples the host engine runs in lockstep (1: one at a time, see ``host_lanes_reason``)."""
+        """Samples the host engine's laned loop runs in lockstep (``host_path == "lanes"``); 1 on
+        the vectorised path (see ``host_simd_width``) and one sample at a time (see
+        ``host_lanes_reason``)."""
         return host_entry(self).lanes
+
+    @property
+    def host_simd_width(self) -> int | None:
+        """Samples in one tile of the host's vectorised loop (``host_path == "simd"``); None when
+        the host runs another loop (see ``host_simd_reason``)."""
+        return host_entry(self).simd_width
 
     @property
     def host_lanes_reason(self):

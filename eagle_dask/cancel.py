@@ -4,7 +4,7 @@ distributed cannot interrupt a running task: cancelling it (``client.cancel``, i
 closed, Ctrl-C in the driver) only marks it on its worker (``cancelled``, then ``released``),
 and the worker's thread stays busy until the function returns.  A host block already asks
 between pieces whether it is still wanted (``eagle_dask.task.still_wanted``); a piece itself can
-last long (the first one of a team of ``T`` threads holds ``4 T`` whole tiles).
+last long (the first one of a team of ``T`` threads holds ``4 T`` whole chunks).
 
 While a piece runs (``watching``), one watcher thread per worker process looks at the task's
 state every ``POLL`` seconds.  When the task is no longer wanted, it raises ``Abandoned`` in the

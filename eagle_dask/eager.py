@@ -129,7 +129,7 @@ class EagerRun:
     def run(self):
         plugin, bound = self.plugin, self.bound
         client = self.client = self.structure.get_client(self.name)
-        self.table = self.structure._ranks_now(client)
+        self.table = self.structure.ranks_now(client)
         n = bound.n
         parts = split(n, len(self.table), rows=bool(plugin.cells))
         sliceable = plugin.sliceable
@@ -146,10 +146,10 @@ class EagerRun:
         self.rows_of = [None] * len(parts)
         self.blocks = [_Block(r, p) for r, p in enumerate(parts) if p.count]
         if not self.blocks:
-            return self.structure._rows(plugin, self.rows_of)
+            return rows_by_cell(plugin, self.rows_of)
         self.task = run_block
         self.ref = PluginRef(plugin)
-        self.tag = keys.new_tag(self.structure._progress_wanted())
+        self.tag = keys.new_tag(self.structure.wants_progress())
         self.whole_f = None
         self.bar = None
         self._resubmitted = []
@@ -181,7 +181,7 @@ class EagerRun:
             Held.hold(client, self._futures())
         else:
             self._release()
-        return self.structure._rows(plugin, self.rows_of)
+        return rows_by_cell(plugin, self.rows_of)
 
     def _send_tables(self):
         """Numpy tables to every worker, kept there across runs (``eagle_dask.tables``)."""
@@ -213,7 +213,7 @@ class EagerRun:
         from distributed import wait
         from distributed import TimeoutError as DaskTimeout
         pending = {b.future: b for b in self.blocks}
-        self.alone_since = self.held_since = None
+        watch = StuckWatch(self)
         while pending:
             try:
                 wait(list(pending), timeout=POLL, return_when="FIRST_COMPLETED")
@@ -226,7 +226,7 @@ class EagerRun:
                 again = self._collect([pending.pop(f) for f in done])
                 pending.update({b.future: b for b in [*self._resubmitted, *again]})
             else:
-                stuck, live = self._stuck(list(pending.values()))
+                stuck, live = watch.stuck(list(pending.values()))
                 for b in stuck:
                     del pending[b.future]
                     self._again(b, live)
@@ -237,7 +237,7 @@ class EagerRun:
 
         Returns the blocks still to wait for: those whose results could not be fetched within
         the gather's bound (their data lost with a worker after they finished: the scheduler
-        recomputes them, or keeps them stuck for ``_stuck`` to find)."""
+        recomputes them, or keeps them stuck for ``StuckWatch`` to find)."""
         self._resubmitted = []
         finished = [b for b in blocks if b.future.status == "finished"]
         others = [b for b in blocks if b.future.status != "finished"]
@@ -276,9 +276,13 @@ class EagerRun:
             self._cancelled(b)
         return again
 
+    def left(self):
+        """The ranks whose blocks have not come back."""
+        return sorted(b.rank for b in self.blocks if self.rows_of[b.rank] is None)
+
     def _cancelled(self, b):
         """A block whose future was cancelled: the client closed, whole planes lost, or a cancel."""
-        left = sorted(x.rank for x in self.blocks if self.rows_of[x.rank] is None)
+        left = self.left()
         if self.client.status not in ("running", "connecting", "newly-created"):
             raise RuntimeError(f"DaskPartition: the client closed while kernel {self.name!r} ran; the blocks of "
                                f"rank(s) {left} were not computed and the output planes are incomplete")
@@ -302,43 +306,6 @@ class EagerRun:
                                f"worker that ran it ({exc}); it was given up") from None
         raise exc
 
-    def _stuck(self, blocks):
-        """Blocks the scheduler holds in ``no-worker`` although workers are back; raises
-        ``TimeoutError`` once the cluster has had no worker at all for ``timeout`` seconds."""
-        client = self.client
-        if client.status != "running":
-            return [], None                             # the next wait says what happened
-        states = client.sync(client.scheduler.get_task_status, keys=[b.future.key for b in blocks])
-        waiting = [b for b in blocks if states.get(b.future.key) == "no-worker"]
-        if not waiting:
-            self.alone_since = None
-            return [], None
-        live = worker_ranks(client)
-        now = time.monotonic()
-        if live:
-            self.alone_since = None
-            addresses = {r.address for r in live}
-            held = [b for b in waiting if b.address in addresses]     # its worker is there, and takes nothing
-            if not held:
-                self.held_since = None
-            elif self.held_since is None:
-                self.held_since = now
-            elif now - self.held_since > self.structure.timeout:
-                raise TimeoutError(
-                    f"DaskPartition: the blocks of rank(s) {sorted(b.rank for b in held)} of kernel "
-                    f"{self.name!r} found no worker to run them for {self.structure.timeout:g} s although "
-                    "the cluster has workers (paused, for memory?); the output planes are incomplete")
-            return [b for b in waiting if b.address not in addresses], live
-        if self.alone_since is None:
-            self.alone_since = now
-        elif now - self.alone_since > self.structure.timeout:
-            left = sorted(x.rank for x in self.blocks if self.rows_of[x.rank] is None)
-            raise TimeoutError(
-                f"DaskPartition: every worker left the cluster and none came back within "
-                f"{self.structure.timeout:g} s; the blocks of rank(s) {left} of kernel {self.name!r} "
-                "were not computed and the output planes are incomplete")
-        return [], None
-
     def _again(self, b, live=None):
         """Resubmit ``b`` to its rank's worker now (by name; else a worker by position)."""
         b.attempts += 1
@@ -359,7 +326,7 @@ class EagerRun:
 
     def _live(self):
         """Every worker of the cluster now (waiting, at most ``timeout`` seconds, for one)."""
-        return self.structure._ranks_now(self.client, every=True)
+        return self.structure.ranks_now(self.client, every=True)
 
     # -- ending ----------------------------------------------------------------------------
     def _cancel(self):
@@ -387,6 +354,61 @@ class EagerRun:
 
     def _release(self):
         Held._release(self._futures())
+
+
+class StuckWatch:
+    """The blocks of ``run`` the scheduler holds in ``no-worker`` although workers are back
+    (to resubmit), and how long the cluster has been without a worker for them (to give up)."""
+
+    def __init__(self, run):
+        self.run = run
+        self.alone_since = None         # when the cluster was last seen with no worker at all
+        self.held_since = None          # when a block was first seen held although its worker is there
+
+    def stuck(self, blocks):
+        """(blocks to resubmit, the live ranks) of ``blocks``; raises ``TimeoutError`` once the
+        cluster has had no worker at all, or held blocks its workers would not take, for
+        ``timeout`` seconds."""
+        run = self.run
+        client, timeout = run.client, run.structure.timeout
+        if client.status != "running":
+            return [], None                             # the next wait says what happened
+        states = client.sync(client.scheduler.get_task_status, keys=[b.future.key for b in blocks])
+        waiting = [b for b in blocks if states.get(b.future.key) == "no-worker"]
+        if not waiting:
+            self.alone_since = None
+            return [], None
+        live = worker_ranks(client)
+        now = time.monotonic()
+        if live:
+            self.alone_since = None
+            addresses = {r.address for r in live}
+            held = [b for b in waiting if b.address in addresses]     # its worker is there, and takes nothing
+            if not held:
+                self.held_since = None
+            elif self.held_since is None:
+                self.held_since = now
+            elif now - self.held_since > timeout:
+                raise TimeoutError(
+                    f"DaskPartition: the blocks of rank(s) {sorted(b.rank for b in held)} of kernel "
+                    f"{run.name!r} found no worker to run them for {timeout:g} s although "
+                    "the cluster has workers (paused, for memory?); the output planes are incomplete")
+            return [b for b in waiting if b.address not in addresses], live
+        if self.alone_since is None:
+            self.alone_since = now
+        elif now - self.alone_since > timeout:
+            raise TimeoutError(
+                f"DaskPartition: every worker left the cluster and none came back within "
+                f"{timeout:g} s; the blocks of rank(s) {run.left()} of kernel {run.name!r} "
+                "were not computed and the output planes are incomplete")
+        return [], None
+
+
+def rows_by_cell(plugin, rows_of):
+    """``{cell: row partials}`` of every rank's block, in rank order (``rows_of[rank]``, None for
+    a rank without samples)."""
+    return {c: np.concatenate([np.zeros((0, 2))] + [rows[c] for rows in rows_of if rows is not None])
+            for c in plugin.cells}
 
 
 # -- transport: shared memory on the driver's host (``eagle_dask.shm``), messages elsewhere ------

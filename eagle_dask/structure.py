@@ -29,7 +29,7 @@ from eagle.structure import Structure
 from .arrays import bind_lazy, execute_lazy, has_dask, plan_result
 from .awaiting import Pending, in_event_loop, open_client
 from .eager import EagerRun
-from .progress import progress_wanted as _progress_wanted
+from .progress import progress_wanted
 from .ranks import worker_ranks
 
 #: seconds a run waits with no worker at all before it gives up
@@ -113,7 +113,7 @@ class _DaskPartition(Structure):
             return Pending(client, run)
         return run.run()
 
-    def _ranks_now(self, client, every=False):
+    def ranks_now(self, client, every=False):
         """The ranks now (``every``: all the cluster's workers), waiting at most ``timeout``
         seconds for a first worker."""
         keep = None if every else self.workers
@@ -128,13 +128,9 @@ class _DaskPartition(Structure):
             table = worker_ranks(client, keep)
         return table
 
-    def _progress_wanted(self):
-        return _progress_wanted(self.progress)
-
-    @staticmethod
-    def _rows(plugin, rows_of):
-        return {c: np.concatenate([np.zeros((0, 2))] + [rows[c] for rows in rows_of if rows is not None])
-                for c in plugin.cells}
+    def wants_progress(self):
+        """Whether a run shows a progress bar (``on(progress=...)``, else the environment's default)."""
+        return progress_wanted(self.progress)
 
     def __repr__(self):
         return "eagle_dask.DaskPartition"

@@ -17,10 +17,10 @@ Every plane the kernel writes is copied before the kernel runs: a task's argumen
 modified.
 
 The plugin travels as a ``PluginRef`` (its manifest and source, plain data) and is made into a
-``Plugin`` once per worker process, in the task's thread, under one lock with the building of
-its compiled entry (``plugin_of``): both read the kernel's source with Python's ``ast``, which
-is not safe to use from two threads at once before CPython 3.12 (python/cpython#106905), and a
-worker unpickles the next task in its event loop while a task compiles.
+``Plugin`` once per worker process, in the task's thread (``plugin_of``), its compiled entry
+built there too: ``eagle.host.host_entry`` and ``eagle.device.device_entry`` build an entry once
+under a lock of the kernel's own, and every parse goes through ``eagle.syntax``'s lock
+(python/cpython#106905), so tasks of one kernel or of several may start in many threads at once.
 
 A block on the host runs in *pieces* of whole rows, each a ``run_range`` of the inner
 structure, sized to take about ``PIECE_SECONDS``; between pieces the task asks its worker
@@ -39,7 +39,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from eagle.errors import with_place
-from eagle.host import MIN_TILE, host_entry, num_threads, thread_budget
+from eagle.host import MIN_CHUNK, host_entry, num_threads, thread_budget
 from eagle.local import DeviceKernel, HostTeam
 from eagle.plugin import Plugin
 from eagle.roles import OUTPUT_KINDS
@@ -64,7 +64,7 @@ PIECE_SECONDS = 0.2
 
 
 _PLUGINS = {}
-_AST = threading.Lock()
+_PLUGINS_LOCK = threading.Lock()        # one Plugin per key in this process
 
 
 class PluginRef:
@@ -87,23 +87,22 @@ class PluginRef:
 
 def plugin_of(ref, inner=None):
     """The ``Plugin`` of ``ref`` in this process (built and checked once), its compiled entry for
-    ``inner`` built too -- both under one lock (see the module docstring)."""
+    ``inner`` built too (see the module docstring)."""
     if isinstance(ref, Plugin):
         plugin = ref
     else:
-        with _AST:
+        with _PLUGINS_LOCK:
             plugin = _PLUGINS.get(ref.key)
             if plugin is None:
                 plugin = _PLUGINS[ref.key] = Plugin(ref.manifest, ref.source)
-    with _AST:
-        if inner is HostTeam:
-            host_entry(plugin)
-        elif inner is DeviceKernel:
-            try:
-                from eagle.device import device_entry
-                device_entry(plugin).source
-            except Exception:  # noqa: BLE001 - no GPU, no CUDA: the run itself says so, by name
-                pass
+    if inner is HostTeam:
+        host_entry(plugin)
+    elif inner is DeviceKernel:
+        try:
+            from eagle.device import device_entry
+            device_entry(plugin)
+        except Exception:  # noqa: BLE001 - no GPU, no CUDA: the run itself says so, by name
+            pass
     return plugin
 
 
@@ -158,10 +157,10 @@ def still_wanted() -> bool:
 
 def first_piece() -> int:
     """Samples of a host block's first piece: a few rows on one thread; on a team of ``T``
-    threads, enough for the host engine to cut its ``4 T`` tiles (``eagle.host.tiles``), so
+    threads, enough for the host engine to cut its ``4 T`` chunks (``eagle.host.chunks``), so
     that pieces never run on fewer threads than one call would."""
     threads = num_threads()
-    return FIRST_PIECE if threads == 1 else max(FIRST_PIECE, 4 * threads * MIN_TILE)
+    return FIRST_PIECE if threads == 1 else max(FIRST_PIECE, 4 * threads * MIN_CHUNK)
 
 
 def run_pieces(inner, plugin, values, start, stop, po=0, device=None, wanted=still_wanted, report=report_piece):

@@ -11,20 +11,20 @@ import eagle.host
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-#: the smallest tile under the ``team`` fixture: a share of 8 samples or more (33 or more, two
-#: rows, for a kernel with cells) is cut into several tiles when the team has several threads
-TEAM_MIN_TILE = 4
+#: the smallest chunk under the ``team`` fixture: a share of 8 samples or more (33 or more, two
+#: rows, for a kernel with cells) is cut into several chunks when the team has several threads
+TEAM_MIN_CHUNK = 4
 
 
 @pytest.fixture
 def team(monkeypatch):
     """``team(k)`` makes HostTeam runs use ``k`` threads (``EAGLE_NUM_THREADS``).
 
-    Tiles may be as small as ``TEAM_MIN_TILE`` samples (whole rows for a kernel with cells),
-    so that even the small sample counts of the tests are really cut into several tiles run by
+    Chunks may be as small as ``TEAM_MIN_CHUNK`` samples (whole rows for a kernel with cells),
+    so that even the small sample counts of the tests are really cut into several chunks run by
     the team's threads (``tests/test_host_bits.py`` checks that they are).
     """
-    monkeypatch.setattr(eagle.host, "MIN_TILE", TEAM_MIN_TILE)
+    monkeypatch.setattr(eagle.host, "MIN_CHUNK", TEAM_MIN_CHUNK)
 
     def set_threads(k: int):
         monkeypatch.setenv("EAGLE_NUM_THREADS", str(k))

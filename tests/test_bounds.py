@@ -109,7 +109,7 @@ def test_a_vector_plane_width_is_checked():
 
 
 def test_the_first_bad_sample_in_sample_order_is_reported(team):
-    """Bad samples in several tiles run by several threads: the first in sample order wins."""
+    """Bad samples in several chunks run by several threads: the first in sample order wins."""
     team(3)
     n = 3000
     idx = np.zeros(n)
@@ -128,7 +128,7 @@ def test_in_range_neighbours_keep_their_bits_and_their_lanes(team):
     p = np.pad(x, 2, mode="edge")
     want = ((p[:-4] + p[1:-3]) + p[2:-2] + p[3:-1] + p[4:]) / 5.0
     assert same_bits(got, want)
-    assert eagle.deploy(stencil).host_lanes > 1
+    assert eagle.deploy(stencil).host_path != "one"
 
 
 def test_the_device_reports_the_same_index_error(tmp_path):

@@ -185,7 +185,7 @@ PROCESS = """
 while not os.path.exists(sys.argv[1]):            # every process ready, then all at once
     import time; time.sleep(0.01)
 out = eplan.plan(plugin, structure=eexec.HostTeam).run(x=x)
-stats = eagle.host.host_entry(plugin).tile.stats
+stats = eagle.host.host_entry(plugin).loop.stats
 print(json.dumps({"same": bool(np.array_equal(out.view(np.uint64), want.view(np.uint64))),
                   "compiled": sum(stats.cache_misses.values()), "loaded": sum(stats.cache_hits.values())}))
 """

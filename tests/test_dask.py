@@ -155,7 +155,7 @@ def test_default_client_and_progress_bar(client, capsys, monkeypatch):
         **K.inputs("oscillator", 500))
     assert "100% 500/500 samples" in capsys.readouterr().out
     monkeypatch.setenv("EAGLE_DASK_PROGRESS", "0")
-    assert not eagle_dask.structure._progress_wanted(None)
+    assert not eagle_dask.progress.progress_wanted(None)
 
 
 def test_no_listener_beyond_loopback(client):

@@ -271,7 +271,7 @@ def test_a_notebook_without_widgets_keeps_one_updated_output(tmp_path):
 
 
 def test_a_cancelled_piece_stops_within_a_poll():
-    """A worker with a team of 2 threads runs a first piece of 4 x 2 whole tiles (16384 samples,
+    """A worker with a team of 2 threads runs a first piece of 4 x 2 whole chunks (16384 samples,
     about ten seconds here): a cancel stops it within a poll, not at the piece's end."""
     import eagle_dask
     from distributed import Future

@@ -136,6 +136,59 @@ def test_missing_numba_cuda_is_explained():
     assert "pip install 'eagle[cuda12]'" in proc.stdout, proc.stdout
 
 
+_FIRST_ENTRY_AT_ONCE = """
+import json, threading, time
+import numpy as np, eagle, eagle.exec as eexec
+from eagle import device as edev, plan as eplan
+from tests.kernels import axpb
+
+built = []
+generate = edev.device_source
+def slow_source(plugin):            # a wide window: a second build would start inside it
+    built.append(threading.current_thread().name)
+    time.sleep(0.2)
+    return generate(plugin)
+edev.device_source = slow_source
+
+plugin = eagle.deploy(axpb)
+x = np.linspace(-3.0, 5.0, 257)
+barrier = threading.Barrier(8)
+entries, launches, errors = {}, {}, []
+def first(k):
+    try:
+        barrier.wait(timeout=60)
+        entries[k] = edev.device_entry(plugin)
+        entries[k].source               # what a Dask worker's task reads first (eagle_dask.task)
+        launches[k] = entries[k].launch
+    except BaseException as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=first, args=(k,), name=f"t{k}") for k in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(240)
+got = eplan.plan(plugin, structure=eexec.DeviceKernel).run(x=x, a=2.5, b=-1.25)   # the simulator runs one launch at a time
+want = 2.5 * x - 1.25
+print(json.dumps({"alive": sum(t.is_alive() for t in threads), "errors": errors, "built": len(built),
+                  "entries": len({id(e) for e in entries.values()}), "got": len(entries),
+                  "launches": len({id(f) for f in launches.values()}),
+                  "same": bool(np.array_equal(np.asarray(got).view(np.uint64), want.view(np.uint64)))}))
+"""
+
+
+def test_first_device_entry_from_eight_threads_is_built_once():
+    """Eight threads asking at once for the first device entry of one kernel (numba's CUDA
+    simulator) get one entry, its source generated once and one launch kernel; the entry runs
+    the numpy bits."""
+    proc = subprocess.run([sys.executable, "-c", _FIRST_ENTRY_AT_ONCE], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=_env(NUMBA_ENABLE_CUDASIM="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["alive"] == 0 and r["errors"] == [], r
+    assert (r["got"], r["entries"], r["built"], r["launches"]) == (8, 1, 1, 1), r
+    assert r["same"], r
+
+
 # -- artifacts -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -1,11 +1,11 @@
 """HostTeam bit identity: every core kernel, every split, every thread team, the same bits.
 
 The reference is one partition run by one thread; where ``tests.kernels.CASES`` has an exact
-numpy reference the outputs must equal it bit for bit too.  Every run is watched tile by tile
-(a spy on the entry's compiled ``tile``): each sample runs in exactly one tile, tiles of a
-kernel with cells start on rows, one thread runs each partition as one tile, and a team of 2
+numpy reference the outputs must equal it bit for bit too.  Every run is watched chunk by chunk
+(a spy on the entry's compiled ``loop``): each sample runs in exactly one chunk, chunks of a
+kernel with cells start on rows, one thread runs each partition as one chunk, and a team of 2
 or 3 threads really cuts every splittable case of 8 samples or more (33 or more with cells)
-into several tiles, run by the team's threads.  The second half checks what a run returns:
+into several chunks, run by the team's threads.  The second half checks what a run returns:
 bare outputs, dicts in argument order, cells as float64, supplied outputs in place.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ BIG = 1_000_003
 BIG_CASES = ["axpb", "transcendental", "reductions"]
 THREADS = [1, 2, 3]
 NPARTITIONS = [1, 2, 3, 7]
-#: the team fixture's tiles: from this many samples a team of 2 or 3 threads runs several tiles
+#: the team fixture's chunks: from this many samples a team of 2 or 3 threads runs several chunks
 CUT_FROM = 8
 CUT_FROM_ROWS = 33          # two rows: a kernel with cells is cut in whole rows
 
@@ -70,47 +70,47 @@ def check_against_numpy(name, n, got):
         assert same_bits(got[key], value), f"{name}, n={n}: {key!r} differs from the numpy reference"
 
 
-def spy_tiles(name, monkeypatch):
-    """A list that gets ``(thread, start, stop)`` of every non-empty tile case ``name`` runs."""
+def spy_chunks(name, monkeypatch):
+    """A list that gets ``(thread, start, stop)`` of every non-empty chunk case ``name`` runs."""
     entry = eagle.host.host_entry(eagle.deploy(CASES[name][0]))
     seen = []
-    original = entry.tile
+    original = entry.loop
 
     def spy(a, b, *args):
         if b > a:
             seen.append((threading.current_thread(), a, b))
         return original(a, b, *args)
-    monkeypatch.setattr(entry, "tile", spy)
+    monkeypatch.setattr(entry, "loop", spy)
     return seen
 
 
 def must_cut(plugin, name, n, threads):
-    """Whether a team of ``threads`` must run one partition of ``n`` samples as several tiles."""
+    """Whether a team of ``threads`` must run one partition of ``n`` samples as several chunks."""
     if threads < 2 or name not in SPLITTABLE:
         return False
     return n >= (CUT_FROM_ROWS if plugin.cells else CUT_FROM)
 
 
-def check_tiles(name, n, threads, parts, tiles):
-    """Every sample in one tile; rows whole; one thread: one tile per partition, run by the team
+def check_chunks(name, n, threads, parts, chunks):
+    """Every sample in one chunk; rows whole; one thread: one chunk per partition, run by the team
     (this thread only waits, where Ctrl-C reaches it);
-    a team: the whole run (one partition) cut into several tiles where ``must_cut``, on the team.
-    Returns whether some partition was cut into several tiles."""
+    a team: the whole run (one partition) cut into several chunks where ``must_cut``, on the team.
+    Returns whether some partition was cut into several chunks."""
     plugin = eagle.deploy(CASES[name][0])
     where = f"{name}, n={n}, {threads} threads, partitions {parts}"
-    spans = sorted((a, b) for _, a, b in tiles)
+    spans = sorted((a, b) for _, a, b in chunks)
     once = (spans[0][0] == 0 and spans[-1][1] == n and all(b == a for (_, b), (a, _) in zip(spans, spans[1:]))
             if spans else n == 0)
-    assert once, f"{where}: tiles {spans} do not run each sample once"
+    assert once, f"{where}: chunks {spans} do not run each sample once"
     if plugin.cells:
-        assert all(a % 32 == 0 for a, _ in spans), f"{where}: a tile {spans} starts off a row"
+        assert all(a % 32 == 0 for a, _ in spans), f"{where}: a chunk {spans} starts off a row"
     filled = sum(1 for _, c in parts if c)
     if threads == 1 or name not in SPLITTABLE:
         assert len(spans) == filled, f"{where}: {spans}"
-        assert all(t.name.startswith("eagle-team") for t, _, _ in tiles), f"{where}: not run by the team"
+        assert all(t.name.startswith("eagle-team") for t, _, _ in chunks), f"{where}: not run by the team"
     if len(parts) == 1 and must_cut(plugin, name, n, threads):
-        assert len(spans) > 1, f"{where}: one tile {spans}"
-        assert all(t.name.startswith("eagle-team") for t, _, _ in tiles), f"{where}: not run by the team"
+        assert len(spans) > 1, f"{where}: one chunk {spans}"
+        assert all(t.name.startswith("eagle-team") for t, _, _ in chunks), f"{where}: not run by the team"
     return len(spans) > filled
 
 
@@ -119,23 +119,23 @@ def check_every_split(name, n, threads, team, monkeypatch):
     check_against_numpy(name, n, want)
     team(threads)
     plugin = eagle.deploy(CASES[name][0])
-    tiles = spy_tiles(name, monkeypatch)
+    chunks = spy_chunks(name, monkeypatch)
     counts = NPARTITIONS if name in SPLITTABLE else [1]
     cut = False
     for k in counts:
-        del tiles[:]
+        del chunks[:]
         assert same_bits(run(name, n, npartitions=k), want), f"{name}, n={n}, {threads} threads, {k} partitions"
         split = [(a, b - a) for a, b in ref.cut(n, k, rows=bool(plugin.cells))]
-        cut |= check_tiles(name, n, threads, split, tiles)
+        cut |= check_chunks(name, n, threads, split, chunks)
     if name not in SPLITTABLE:
         parts = [(0, n)]
     elif plugin.cells:
         parts = row_partitions(n)
     else:
         parts = odd_partitions(n)
-    del tiles[:]
+    del chunks[:]
     assert same_bits(run(name, n, partitions=parts), want), f"{name}, n={n}, {threads} threads, {parts}"
-    cut |= check_tiles(name, n, threads, parts, tiles)
+    cut |= check_chunks(name, n, threads, parts, chunks)
     return cut
 
 
@@ -169,19 +169,19 @@ def test_odd_partitions_really_start_at_odd_offsets():
     assert all(b % 2 == 1 for b, _ in odd_partitions(BIG)[1:])
 
 
-def test_threads_really_cut_the_samples_into_tiles(team, monkeypatch):
-    """With the team fixture a few hundred samples are several tiles, run on several threads."""
+def test_threads_really_cut_the_samples_into_chunks(team, monkeypatch):
+    """With the team fixture a few hundred samples are several chunks, run on several threads."""
     import threading
     team(3)
     names = set()
     entry = eagle.host.host_entry(eagle.deploy(CASES["axpb"][0]))
-    original = entry.tile
+    original = entry.loop
 
     def spy(a, b, *args):
         if b > a:
             names.add((threading.current_thread().name, a, b))
         return original(a, b, *args)
-    monkeypatch.setattr(entry, "tile", spy)
+    monkeypatch.setattr(entry, "loop", spy)
     run("axpb", 500)
     assert len({(a, b) for _, a, b in names}) > 1
     assert all(name.startswith("eagle-team") for name, _, _ in names)

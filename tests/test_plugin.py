@@ -157,7 +157,7 @@ sys.path.insert(0, sys.argv[1])
 mod = importlib.import_module("cached_k_module")
 plugin = eagle.deploy(mod.scaled_by_k)
 y = eplan.plan(plugin, structure=eexec.HostTeam).run(x=np.linspace(-1.0, 1.0, 41))
-stats = eagle.host.host_entry(plugin).tile.stats
+stats = eagle.host.host_entry(plugin).loop.stats
 print(json.dumps({"y": [v.hex() for v in y.tolist()], "key": plugin.key,
                   "hits": sum(stats.cache_hits.values()), "misses": sum(stats.cache_misses.values()),
                   "cache_path": stats.cache_path}))

@@ -491,7 +491,7 @@ def test_a_kernel_that_raises_names_itself_and_the_sample(team):
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_a_team_reports_the_first_failing_sample_in_sample_order(threads, team):
-    """Tiles fail at samples 100, 400, 700 and 950; the tile of sample 100 is slow to get there."""
+    """Chunks fail at samples 100, 400, 700 and 950; the chunk of sample 100 is slow to get there."""
     team(threads)
     n = 1000
     x, work = np.linspace(1.0, 2.0, n), np.zeros(n, dtype=np.int64)

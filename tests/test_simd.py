@@ -235,7 +235,8 @@ def test_simd_bits_equal_one_at_a_time(name, n):
     p = eagle.deploy(kernel_of(name))
     entry = eagle.host.host_entry(p)
     assert entry.path == "simd" and entry.simd_reason is None, entry.simd_reason
-    assert p.host_lanes == entry.lanes > 1 and p.host_lanes_reason is None
+    assert p.host_simd_width == entry.simd_width > 1 and p.host_lanes_reason is None
+    assert p.host_lanes == entry.lanes == 1                 # lanes are the laned loop's, not the tile
     check(entry, name, n)
 
 
@@ -263,7 +264,7 @@ def test_every_tile_and_vector_width(name, opts):
 
 @pytest.mark.parametrize("name", ["oscillator", "newton", "nested", "cell_loops", "stencil"])
 def test_simd_threads_and_plan(name):
-    """Several host tiles per thread team, and the plan itself, against one at a time."""
+    """Several chunks per thread team, and the plan itself, against one at a time."""
     p = eagle.deploy(kernel_of(name))
     check(HostEntry(p, simd=Options(64, 512, 4)), name, 4999, threads=2)
     out = eagle.plan.plan(p, structure=eagle.exec.HostTeam, npartitions=3).run(**inputs_of(name, 4999))
@@ -288,7 +289,7 @@ def simd_asm(entry, name):
     counter int64) compiled afresh with the same options (the disk cache keeps no assembly)."""
     import numba
     from eagle.codegen import jit_options
-    run_simd(entry, name, 2 * entry.lanes + 3)
+    run_simd(entry, name, 2 * entry.simd_width + 3)
     assert entry.path == "simd", entry.simd_reason
     opts = eval(f"dict({jit_options(entry.plugin)})")
     opts["cache"] = False
@@ -401,7 +402,7 @@ def test_a_local_that_changes_type_falls_back_after_typing():
 
 def test_rebound_array_runs_laned_with_the_same_bits():
     p = eagle.deploy(rebound_array)
-    assert p.host_lanes > 1 and eagle.host.host_entry(p).path == "lanes"
+    assert p.host_lanes > 1 and p.host_simd_width is None and eagle.host.host_entry(p).path == "lanes"
     d = {"p": np.random.default_rng(5).normal(size=(40, 3)), "steps": 4}
     got = eagle.plan.plan(p, structure=eagle.exec.HostTeam).run(**d)
     q = d["p"].copy()
