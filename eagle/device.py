@@ -33,15 +33,14 @@ from .bind import is_array
 from .bounds import first, index_error, new_record
 from .cache import load_module
 from .device_codegen import device_source, no_contraction, samples_per_thread
+from .entries import Entries
 from .errors import kernel_error, message, retyped
 from .roles import OUTPUT_KINDS
 from .rows import check_row_start, identity_rows
 
 INSTALL = "pip install 'eagle[cuda12]'"
 BLOCK = 128
-_ENTRIES = {}
-_BUILDING = {}          # plugin key -> the lock held while its entry is built
-_LOCK = threading.Lock()
+_ENTRIES = Entries()          # one entry per plugin key (eagle.entries)
 
 
 # -- the CUDA runtime, explained when missing -------------------------------------------------
@@ -241,17 +240,4 @@ def device_entry(plugin) -> DeviceEntry:
     """The one device entry of ``plugin`` in this process: built (its source generated) by the
     first thread that asks, under a lock of its own key so threads asking for other kernels do not
     wait, found by the others; compiled on first launch per GPU."""
-    with _LOCK:
-        entry = _ENTRIES.get(plugin.key)
-        if entry is not None:
-            return entry
-        building = _BUILDING.setdefault(plugin.key, threading.Lock())
-    with building:
-        with _LOCK:
-            entry = _ENTRIES.get(plugin.key)
-        if entry is None:
-            entry = DeviceEntry(plugin)
-            with _LOCK:
-                _ENTRIES[plugin.key] = entry
-                _BUILDING.pop(plugin.key, None)
-    return entry
+    return _ENTRIES.get(plugin, DeviceEntry)

@@ -28,14 +28,14 @@ from .access import CROSS_SAMPLE_WRITE
 from .bounds import AT, index_error, new_record, raised_record
 from .cache import compile_lock, load_module
 from .codegen import body_function, user_lines
+from .entries import Entries
 from .errors import compile_error, kernel_error
 from .host_codegen import host_source, simd_source
 from .interrupt import new_progress, stop
 from .host_path import decide, without_lanes, without_simd
 from .rows import ROW, check_row_start, identity_rows, row_span
 
-_ENTRIES = {}
-_BUILDING = {}          # plugin key -> the lock held while its entry is built
+_ENTRIES = Entries()          # one entry per plugin key (eagle.entries)
 _LOCK = threading.Lock()
 _LOADING = threading.Lock()
 _POOL = None
@@ -344,17 +344,4 @@ def _failing_line(exc, module):
 def host_entry(plugin) -> HostEntry:
     """The one entry of ``plugin`` in this process: built by the first thread that asks (under a
     lock of its own key, so threads asking for other kernels do not wait), found by the others."""
-    with _LOCK:
-        entry = _ENTRIES.get(plugin.key)
-        if entry is not None:
-            return entry
-        building = _BUILDING.setdefault(plugin.key, threading.Lock())
-    with building:
-        with _LOCK:
-            entry = _ENTRIES.get(plugin.key)
-        if entry is None:
-            entry = HostEntry(plugin)
-            with _LOCK:
-                _ENTRIES[plugin.key] = entry
-                _BUILDING.pop(plugin.key, None)
-    return entry
+    return _ENTRIES.get(plugin, HostEntry)

@@ -32,7 +32,7 @@ from numba.extending import intrinsic
 
 
 from .rows import MIN, RANGE
-from .syntax import parse
+from .syntax import literal_trips, parse
 
 #: the generated functions' name for the tile's progress record
 PROG = "_eagle_prog"
@@ -87,22 +87,6 @@ def stop_test() -> str:
     """The test that ends a generated tile loop when the run was interrupted."""
     return f"{MODULE}.stopped({PROG})"
 
-
-def _literal_trips(it):
-    """The trip count of ``range(<int literals>)`` (under any alias ending in ``range``), or None."""
-    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id.endswith("range")):
-        return None
-    vals = []
-    for a in it.args:
-        if isinstance(a, ast.UnaryOp) and isinstance(a.op, ast.USub) and isinstance(a.operand, ast.Constant):
-            a = ast.Constant(-a.operand.value)
-        if not (isinstance(a, ast.Constant) and type(a.value) is int):
-            return None
-        vals.append(a.value)
-    try:
-        return len(range(*vals))
-    except (TypeError, ValueError):
-        return None
 
 
 def _poll_stmts(act=f"if {MODULE}.stopped({PROG}):\n        return"):
@@ -197,7 +181,7 @@ def add_polls(fdef: ast.FunctionDef, bounded=frozenset()) -> ast.FunctionDef:
                 if isinstance(getattr(s, field, None), list):
                     visit(getattr(s, field))
             if isinstance(s, ast.For):
-                trips = _literal_trips(s.iter)
+                trips = literal_trips(s.iter, any_range_alias=True)
                 if (isinstance(s.target, ast.Name) and s.target.id in bounded) or (
                         trips is not None and trips <= SHORT):
                     continue

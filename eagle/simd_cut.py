@@ -15,7 +15,7 @@ import copy
 from .analysis import Refused, Uniformity, parents as parents_of, stores, strip_bare_return
 from .bounds import ERR
 from .codegen import CO, PO, body_function
-from .syntax import parse
+from .syntax import literal_trips, parse
 
 SMALL_LOOP = 16                         # a literal range this short stays inside its segment
 
@@ -75,23 +75,6 @@ def _exposed(stmts, defined, out) -> set:
         else:
             out |= _reads(s) - D
     return D
-
-
-def literal_range(it):
-    """The trip count of ``range(<int literals>)``, or None."""
-    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"):
-        return None
-    vals = []
-    for a in it.args:
-        if isinstance(a, ast.UnaryOp) and isinstance(a.op, ast.USub) and isinstance(a.operand, ast.Constant):
-            a = ast.Constant(-a.operand.value)
-        if not (isinstance(a, ast.Constant) and type(a.value) is int):
-            return None
-        vals.append(a.value)
-    try:
-        return len(range(*vals))
-    except (TypeError, ValueError):
-        return None
 
 
 def stmt(text: str):
@@ -186,7 +169,7 @@ class TileCut:
             return "if" if self._structured(s.body + s.orelse) else "sample"
         if isinstance(s, (ast.For, ast.While)) and u.loop(s):
             if isinstance(s, ast.For):
-                trips = literal_range(s.iter)
+                trips = literal_trips(s.iter)
                 if trips is not None and trips <= SMALL_LOOP and not s.orelse and \
                         not self._structured(s.body):
                     return "sample"
@@ -385,4 +368,4 @@ class _Invariant(ast.NodeTransformer):
 
 
 
-__all__ = ["SMALL_LOOP", "Segment", "TileCut", "expr", "literal_range", "names_in", "stmt"]
+__all__ = ["SMALL_LOOP", "Segment", "TileCut", "expr", "names_in", "stmt"]

@@ -15,7 +15,8 @@ from .analysis import exits_to_flag, own_exits, stores as bound_in
 from .bounds import ERR
 from .codegen import CO, PO
 from .rows import IDENTITY, float_literal
-from .simd_cut import Segment, TileCut, expr, literal_range, names_in, stmt
+from .simd_cut import Segment, TileCut, expr, names_in, stmt
+from .syntax import literal_trips
 from .syntax import parse
 
 S, B, N = "_eagle_s", "_eagle_b", "_eagle_n"
@@ -128,7 +129,7 @@ class TileEmitter(TileCut):
     def _hoisted(self, it, flags):
         s, body, orelse = it[1], it[2], it[3]
         if (isinstance(s, ast.For) and self.opts.unroll > 1 and len(body) == 1 and isinstance(body[0], Segment)
-                and not orelse and isinstance(s.target, ast.Name) and literal_range(s.iter) is None
+                and not orelse and isinstance(s.target, ast.Name) and literal_trips(s.iter) is None
                 and not self._used_after(s)):
             return self._unrolled(s, body[0].stmts)
         inner = self._emit(body, flags) or [ast.Pass()]

@@ -21,3 +21,25 @@ def parse(source: str, mode: str = "exec"):
     """``ast.parse(source, mode=mode)``, one thread at a time."""
     with LOCK:
         return ast.parse(source, mode=mode)
+
+
+def literal_trips(call, any_range_alias: bool = False):
+    """The trip count of ``range(<int literals>)``, or None (not such a call).  With
+    ``any_range_alias`` any function name ending in ``range`` counts (the rewritten body's own
+    aliases of ``range``)."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+        return None
+    name = call.func.id
+    if not (name.endswith("range") if any_range_alias else name == "range"):
+        return None
+    vals = []
+    for a in call.args:
+        if isinstance(a, ast.UnaryOp) and isinstance(a.op, ast.USub) and isinstance(a.operand, ast.Constant):
+            a = ast.Constant(-a.operand.value)
+        if not (isinstance(a, ast.Constant) and type(a.value) is int):
+            return None
+        vals.append(a.value)
+    try:
+        return len(range(*vals))
+    except (TypeError, ValueError):
+        return None
