@@ -15,12 +15,12 @@ def _demo(args):
 
 
 def _connect(args):
-    from distributed import Client
     if args.scheduler_file:
         from . import connect
         return connect(args.scheduler_file), False
     if args.address:
-        return Client(args.address), False
+        from .cluster import new_client
+        return new_client(None, args.address), False
     from . import local_cluster
     return local_cluster(n_workers=args.workers), True
 

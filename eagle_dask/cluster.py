@@ -42,6 +42,25 @@ def cuda_workers_available() -> bool:
     return True
 
 
+def new_client(cls=None, *args, **kwargs):
+    """``cls(*args, **kwargs)`` (default ``distributed.Client``), started with the garbage collector
+    held off.  A ``Client`` left for garbage collection closes its event loop from ``__del__``
+    under distributed's ``LoopRunner`` lock; if that collection happens while a new client starts
+    its loop in the same thread -- which holds the lock -- the thread waits for itself forever.
+    Collecting first and starting with collection off closes that window."""
+    import gc
+
+    from distributed import Client
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        return (cls or Client)(*args, **kwargs)
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _owning_client(cluster):
     from distributed import Client
 
@@ -64,7 +83,7 @@ def _owning_client(cluster):
             self._eagle_cluster_closed = True
             super().__del__()
 
-    return OwningClient(cluster)
+    return new_client(OwningClient, cluster)
 
 
 def _count(value, what, allowed):
@@ -278,8 +297,7 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
         if exit:
             sys.exit(0)
         return None
-    from distributed import Client
-    client = Client(security=tls.from_fields(fields) if fields else False)
+    client = new_client(None, security=tls.from_fields(fields) if fields else False)
     client.wait_for_workers(size - 2, timeout=timeout)
     if exit:
         atexit.register(_quiet_shutdown, client)
@@ -370,7 +388,6 @@ def connect(scheduler_file, *, timeout=60, **kwargs):
     """
     import time
 
-    from distributed import Client
     scheduler_file = os.path.expanduser(os.fspath(scheduler_file))
     end = time.monotonic() + timeout
     while not os.path.exists(scheduler_file):
@@ -388,4 +405,4 @@ def connect(scheduler_file, *, timeout=60, **kwargs):
                                     "scheduler file by the `eagle-dask cluster` that wrote it")
         kwargs.setdefault("security", tls.read_client_credentials(creds))
     kwargs.setdefault("timeout", max(1, end - time.monotonic()))
-    return Client(address, **kwargs)
+    return new_client(None, address, **kwargs)
