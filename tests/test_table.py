@@ -269,10 +269,13 @@ def test_dask_table_index_out_of_range_raises(client, shift, what):
 def test_dask_lazy_mode_numpy_and_dask_tables(client, refs):
     import dask.array as da
     a, b, y, z = refs
-    p = eplan.plan(interp, structure=_dask(client))
-    lazy = p.run(x=da.from_array(a["x"], chunks=300), xs=a["xs"], ys=da.from_array(a["ys"], chunks=10))
-    assert isinstance(lazy, da.Array) and lazy.chunks == ((300, 300, 300, 101),)
-    assert same(lazy.compute(), y)
+    # blocks at the input's chunks (min_block=1), and joined into one (the default min_block)
+    import eagle_dask
+    for min_block, chunks in ((1, (300, 300, 300, 101)), (None, (1001,))):
+        p = eplan.plan(interp, structure=eagle_dask.DaskPartition.on(client, progress=False, min_block=min_block))
+        lazy = p.run(x=da.from_array(a["x"], chunks=300), xs=a["xs"], ys=da.from_array(a["ys"], chunks=10))
+        assert isinstance(lazy, da.Array) and lazy.chunks == (chunks,)
+        assert same(lazy.compute(), y)
     zz = eplan.plan(poly2d, structure=_dask(client)).run(
         u=da.from_array(b["u"], chunks=200), v=b["v"], c=da.from_array(b["c"], chunks=(2, 2)))
     assert same(zz.compute(), z)
