@@ -5,7 +5,7 @@
 
 Two arms on one local cluster of 2 workers (127.0.0.1), alternated, each the median of
 ``--repeats`` measurements of 10 consecutive runs of a table-interpolation kernel over 10^4
-samples (``tests.table_kernels.interp``): with a 10^6-entry table (8 MB per axis) and with a
+samples (``eagle.models.interp``): with a 10^6-entry table (8 MB per axis) and with a
 10-entry one.  The table is sent to the workers once (``eagle_dask.tables``); later runs find
 it by its bytes, so the big table must cost at most ``LIMIT`` times the small one (asserted
 here, printed).  A first run of each arm sends its table and is left out (warm-up); every
@@ -44,7 +44,7 @@ def main(argv=None):
     import eagle_dask
     from eagle_dask.tables import store_of
     from tests.launch import local_client
-    from tests.table_kernels import interp
+    from eagle.models import interp
 
     rng = np.random.default_rng(1)
     x = rng.uniform(0.0, 1.0, N)

@@ -8,12 +8,14 @@
   1000 steps) -- a benchmark and a bit-identity check, not a long-time integrator;
 * ``axpb`` -- ``y = a*x + b``: memory-bound streaming;
 * ``stencil`` -- a 5-point average of neighbouring samples, edges clamped: reads other samples'
-  inputs (``cross_sample_read``).
+  inputs (``cross_sample_read``);
+* ``interp`` -- piecewise-linear interpolation over a table ``(xs, ys)`` read by every sample
+  (two ``Table`` arguments), as ``np.interp`` computes it, bit for bit.
 """
 from __future__ import annotations
 
 from .kernel import kernel
-from .roles import Cell, In, Mutable, Out, Param
+from .roles import Cell, In, Mutable, Out, Param, Table
 
 
 @kernel
@@ -39,3 +41,26 @@ def stencil(i, x: In, y: Out):
     far_left = x[i - 2] if i > 1 else left
     far_right = x[i + 2] if i < n - 2 else right
     y[i] = (far_left + left + x[i] + right + far_right) / 5.0
+
+
+@kernel
+def interp(i, x: In, xs: Table, ys: Table, y: Out):
+    """Piecewise-linear interpolation over the table (xs, ys), as np.interp computes it: the
+    interval by bisection, then slope * (x - xs[j]) + ys[j]; the ends clamp."""
+    xi = x[i]
+    n = xs.shape[0]
+    if xi >= xs[n - 1]:
+        y[i] = ys[n - 1]
+    elif xi < xs[0]:
+        y[i] = ys[0]
+    else:
+        lo = 0
+        hi = n - 1
+        while hi - lo > 1:                 # xs[lo] <= xi < xs[hi]
+            mid = (lo + hi) // 2
+            if xs[mid] <= xi:
+                lo = mid
+            else:
+                hi = mid
+        slope = (ys[hi] - ys[lo]) / (xs[hi] - xs[lo])
+        y[i] = slope * (xi - xs[lo]) + ys[lo]

@@ -6,31 +6,9 @@ The kernel computes what ``np.interp`` computes (the interval by bisection, then
 """
 import numpy as np
 
-import eagle
 import eagle.exec as eexec
-from eagle import In, Out, Table
 from eagle import plan as eplan
-
-
-@eagle.kernel
-def interp(i, x: In, xs: Table, ys: Table, y: Out):
-    xi = x[i]
-    n = xs.shape[0]
-    if xi >= xs[n - 1]:
-        y[i] = ys[n - 1]
-    elif xi < xs[0]:
-        y[i] = ys[0]
-    else:
-        lo = 0
-        hi = n - 1
-        while hi - lo > 1:                 # xs[lo] <= xi < xs[hi]
-            mid = (lo + hi) // 2
-            if xs[mid] <= xi:
-                lo = mid
-            else:
-                hi = mid
-        slope = (ys[hi] - ys[lo]) / (xs[hi] - xs[lo])
-        y[i] = slope * (xi - xs[lo]) + ys[lo]
+from eagle.models import interp          # the kernel: read it there (eagle/models.py)
 
 
 if __name__ == "__main__":
