@@ -82,7 +82,7 @@ _BY_KERNEL = {id(k): name for name, (k, _, _) in suite.CASES.items()}
 
 def planes_for(kernel, n=45) -> dict:
     """The suite's inputs for the kernel, or float64 planes (and Params 1.0, or 1 where the body
-    passes them to range()) made from its roles."""
+    passes them to range(); Tables of 7 increasing values) made from its roles."""
     name = _BY_KERNEL.get(id(kernel))
     if name is not None:
         return suite.inputs(name, n)
@@ -94,6 +94,8 @@ def planes_for(kernel, n=45) -> dict:
             out[nm] = np.ones((n, 3)) if use is not None and use.index_dims == 2 else np.ones(n)
         elif role.kind == "Param" and nm not in plugin.defaults:
             out[nm] = 1 if nm in plugin.range_params else 1.0
+        elif role.kind == "Table":
+            out[nm] = np.linspace(0.0, 1.0, 7)
     return out
 
 
@@ -111,6 +113,7 @@ BODY = {
     "neighbour_sum": [r"setp\.ge\.f64", r"st\.local\.f64", r"st\.global\.f64"],
     "picky": [r"setp\.lt\.f64", r"sqrt\.rn\.f64"],
     "slow_neighbours": [r"rem\.s64", r"mul\.rn\.f64", r"st\.global\.f64"],   # x[(i + k) % n] * 0.5
+    "interp": [r"setp\.le\.f64", r"div\.rn\.f64", r"st\.global\.f64"],  # xs[mid] <= xi; the slope
 }
 
 #: math functions that come from libdevice, whose own code uses fma.rn.f64
