@@ -12,8 +12,8 @@ Every fault test starts its own small cluster on 127.0.0.1 (it kills or closes i
 """
 from __future__ import annotations
 
-import _thread
 import os
+import signal
 import threading
 import time
 
@@ -63,6 +63,10 @@ class CrashOn(WorkerPlugin):
 def oscillators(n, steps):
     return {"omega": np.linspace(0.5, 2.0, n), "dt": 1e-3, "steps": steps, "x": np.ones(n), "v": np.zeros(n)}
 
+
+#: steps per sample of a run the test stops: over a minute a block (at the rate below), so it is
+#: surely still running when the test acts
+LONG = 300_000_000
 
 #: two blocks of a second or more each on one idle thread (the oscillator vectorised on the host:
 #: about 0.07 ns a sample-step): still running when the test acts
@@ -177,7 +181,7 @@ def test_client_closed_or_futures_cancelled_is_eagles_error(how):
         client.wait_for_workers(2, timeout=120)
         p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False))
         p.run(**oscillators(64, 1))
-        th, box = run_in_thread(p, oscillators(4096, 3_000_000))
+        th, box = run_in_thread(p, oscillators(4096, LONG))
         wait_processing(client, 2)
         if how == "client closed":
             client.close()
@@ -195,13 +199,16 @@ def test_client_closed_or_futures_cancelled_is_eagles_error(how):
 
 
 def test_ctrl_c_cancels_the_runs_tasks():
-    """KeyboardInterrupt in the driver: the run's tasks are cancelled and each block stops at
-    the end of its current piece, so the next run does not wait behind them."""
+    """Ctrl-C (SIGINT to the driver's main thread) in the middle of a run: KeyboardInterrupt at
+    once, the run's tasks are cancelled and each block stops at the end of its current piece, so
+    the next run does not wait behind them."""
     plugin = eagle.deploy(oscillator)
     with eagle_dask.local_cluster(n_workers=2) as client:
         client.wait_for_workers(2, timeout=120)
         p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False))
         p.run(**oscillators(64, 1))
+        main = threading.main_thread().ident
+        sent = []
 
         def interrupt():
             try:
@@ -209,15 +216,17 @@ def test_ctrl_c_cancels_the_runs_tasks():
             except AssertionError:
                 return
             time.sleep(0.5)
-            _thread.interrupt_main()
+            sent.append(time.monotonic())
+            signal.pthread_kill(main, signal.SIGINT)
 
         helper = threading.Thread(target=interrupt, daemon=True)
         helper.start()
         t = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
-            p.run(**oscillators(8192, 3_000_000))                # about 12 s per block
-            time.sleep(30)                                      # (not reached: the run is interrupted)
-        assert time.monotonic() - t < 30
+            p.run(**oscillators(8192, LONG))
+            pytest.fail(f"the run ended after {time.monotonic() - t:.1f} s without the interrupt "
+                        f"({'sent' if sent else 'not sent'})")
+        assert sent and time.monotonic() - sent[0] < 5, "KeyboardInterrupt came late"
         helper.join(5)
         t = time.monotonic()
         out = p.run(**oscillators(512, 1000))
