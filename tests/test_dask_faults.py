@@ -68,11 +68,11 @@ def oscillators(n, steps):
 #: surely still running when the test acts
 LONG = 300_000_000
 
-#: two blocks of a second or more each on one idle thread (the oscillator vectorised on the host:
-#: about 0.07 ns a sample-step): still running when the test acts
+#: two blocks of about three seconds on this machine's two workers (the oscillator vectorised on
+#: the host: about 0.04 ns a sample-step): still running when the test acts
 CASES = {
-    "sliced": (oscillator, lambda: oscillators(4096, 6_000_000)),
-    "whole": (ring_mean, lambda: {"x": np.random.default_rng(3).uniform(-1, 1, 4096), "steps": 300_000}),
+    "sliced": (oscillator, lambda: oscillators(4096, 30_000_000)),
+    "whole": (ring_mean, lambda: {"x": np.random.default_rng(3).uniform(-1, 1, 4096), "steps": 900_000}),
 }
 
 
@@ -114,6 +114,7 @@ def test_every_worker_lost_and_restarted_gives_same_bits(case):
         wait_processing(client, 2)
         time.sleep(0.2)
         kill_workers(client)
+        assert th.is_alive(), "the run ended before the workers were killed: its blocks are too short"
         th.join(90)
         assert not th.is_alive(), "the run hung after every worker was restarted"
         assert "error" not in box, repr(box.get("error"))

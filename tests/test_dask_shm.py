@@ -9,8 +9,8 @@ interpreter that exits without closing its run.
 """
 from __future__ import annotations
 
-import _thread
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -29,7 +29,7 @@ from eagle.models import oscillator  # noqa: E402
 from eagle_dask import DaskPartition, shm  # noqa: E402
 from tests import kernels as K  # noqa: E402
 from tests.launch import ROOT, local_client, run_in_thread  # noqa: E402
-from tests.test_dask_faults import (CrashOn, crash_me, kill_workers, oscillators, processing,  # noqa: E402
+from tests.test_dask_faults import (LONG, CrashOn, crash_me, kill_workers, oscillators, processing,  # noqa: E402
                                     wait_processing)
 
 pytestmark = pytest.mark.skipif(not shm.enabled(), reason="no writable /dev/shm")
@@ -184,7 +184,7 @@ def _watch_segments(box, stop):
 
 def test_raised_and_killed_worker_leave_nothing():
     plugin = eagle.deploy(oscillator)
-    ref = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**oscillators(4096, 3_000_000)))
+    ref = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**oscillators(4096, 30_000_000)))
     with eagle_dask.local_cluster(n_workers=2) as c:
         c.wait_for_workers(2, timeout=120)
         picky = eplan.plan(eagle.deploy(K.picky), structure=DaskPartition.on(c, progress=False))
@@ -198,10 +198,11 @@ def test_raised_and_killed_worker_leave_nothing():
         seen, stop = {}, threading.Event()
         watcher = threading.Thread(target=_watch_segments, args=(seen, stop), daemon=True)
         watcher.start()
-        th, box = run_in_thread(p, oscillators(4096, 3_000_000))
+        th, box = run_in_thread(p, oscillators(4096, 30_000_000))
         wait_processing(c, 2)
         time.sleep(0.2)
         kill_workers(c)                                            # both blocks die mid-run
+        assert th.is_alive(), "the run ended before the workers were killed: its blocks are too short"
         th.join(120)
         stop.set()
         assert not th.is_alive()
@@ -218,7 +219,7 @@ def test_cancelled_and_interrupted_runs_leave_nothing():
         c.wait_for_workers(2, timeout=120)
         p = eplan.plan(plugin, structure=DaskPartition.on(c, progress=False))
         p.run(**oscillators(64, 1))
-        th, box = run_in_thread(p, oscillators(4096, 3_000_000))
+        th, box = run_in_thread(p, oscillators(4096, LONG))
         wait_processing(c, 2)
         assert ours(), "the run did not go through shared memory"
         c.cancel([Future(k, c) for ks in processing(c).values() for k in ks])
@@ -226,19 +227,21 @@ def test_cancelled_and_interrupted_runs_leave_nothing():
         assert not th.is_alive() and isinstance(box.get("error"), RuntimeError), repr(box)
         assert ours() == [], "cancelled"
 
+        main = threading.main_thread().ident
+
         def interrupt():
             try:
                 wait_processing(c, 2, timeout=60)
             except AssertionError:
                 return
             box["during"] = ours()
-            _thread.interrupt_main()
+            signal.pthread_kill(main, signal.SIGINT)              # Ctrl-C
 
         helper = threading.Thread(target=interrupt, daemon=True)
         helper.start()
         with pytest.raises(KeyboardInterrupt):
-            p.run(**oscillators(8192, 3_000_000))
-            time.sleep(30)                                         # (not reached: the run is interrupted)
+            p.run(**oscillators(8192, LONG))
+            pytest.fail("the run ended without the interrupt")
         helper.join(5)
         assert box.get("during"), "the interrupted run did not go through shared memory"
         assert ours() == [], "KeyboardInterrupt"
