@@ -6,6 +6,7 @@ computed here with HostTeam.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -221,10 +222,16 @@ def test_uncaught_kernel_error_ends_the_job(tmp_path):
     assert time.monotonic() - start < 180
 
 
+def mpich_segments() -> set:
+    return set(glob.glob(eagle.mpi.world.SEGMENTS + "*"))
+
+
 def test_error_outside_eagle_on_one_rank_aborts_instead_of_hanging(tmp_path):
+    before = mpich_segments()
     proc, _ = job(2, "raising", tmp_path, "stray", check=False, timeout=180)
     assert proc.returncode != 0
     assert "a stray error on rank 1 outside eagle" in proc.stdout + proc.stderr
+    assert mpich_segments() - before == set(), "the aborted job left MPICH's shared memory in /dev/shm"
 
 
 # -- the switch ------------------------------------------------------------------------------------

@@ -130,6 +130,34 @@ def _install_abort_hook(MPI):
         if not getattr(exc, "eagle_all_ranks", False) and MPI.Is_initialized() and not MPI.Is_finalized():
             sys.stderr.flush()
             sys.stdout.flush()
+            unlink_mapped_segments()
             MPI.COMM_WORLD.Abort(1)
 
     sys.excepthook = hook
+
+
+#: where MPICH keeps its shared-memory segments, and their names' start
+SEGMENTS = "/dev/shm/mpich_"
+
+
+def unlink_mapped_segments() -> list:
+    """Unlink the MPICH shared-memory segments this rank has mapped (returns their paths).
+
+    MPICH removes them in ``MPI_Finalize``; an aborted job's ranks are killed before that, so
+    each abort would leave a segment (2 MB here) in ``/dev/shm`` until the machine restarts.
+    The ranks keep their mappings: only the names go, and only names of files this process
+    maps (which the job created)."""
+    try:
+        with open("/proc/self/maps") as f:
+            fields = [line.split(maxsplit=5) for line in f]
+    except OSError:
+        return []
+    gone = []
+    for path in sorted({f[5].rstrip("\n") for f in fields if len(f) == 6}):
+        if path.startswith(SEGMENTS) and not path.endswith(" (deleted)"):
+            try:
+                os.unlink(path)
+                gone.append(path)
+            except OSError:
+                pass
+    return gone
