@@ -286,7 +286,8 @@ def first_run_row(n, steps):
             done = subprocess.run([sys.executable, "-c", FIRST, str(n), str(steps), arm], capture_output=True,
                                   text=True, timeout=600, env=env, cwd=root)
             out[arm] = float(done.stdout.split()[-1]) if done.returncode == 0 else float("nan")
-    note = "one round; each host compiles once (a file lock in the cache), the workers load"
+    note = ("one round; each host compiles once (a file lock in the cache), the workers load it, numba "
+            "already started in them by their preload (eagle_dask.warm)")
     return [report.Row("first run, empty cache", "first HostTeam run", 1, n, 1, out["host"], 0.0, note=note),
             report.Row("first run, empty cache", "first run, fresh 2-worker cluster", 2, n, 1, out["cluster"], 0.0,
                        note=note)]

@@ -9,7 +9,8 @@
   rank 0 the scheduler (writing a scheduler file), every other rank a worker;
   :func:`connect` joins it.
 
-Every one of them runs mutual TLS by default (``security=None``: fresh credentials per cluster,
+Their workers start numba before they join (:mod:`eagle_dask.warm`, a preload), so a fresh
+cluster's first run does not pay it.  Every one of them runs mutual TLS by default (``security=None``: fresh credentials per cluster,
 see :mod:`eagle_dask.security`); ``security=False`` is plain TCP, which lets any user of the
 machine who can reach a port run code as you.
 """
@@ -27,6 +28,7 @@ from eagle.host import cpu_count
 
 from . import security as tls
 from .ranks import gpu_ids
+from .warm import preloads
 
 LOOPBACK = "127.0.0.1"
 
@@ -139,6 +141,7 @@ def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **k
     env = _env(kwargs.pop("env", None))
     sec = tls.resolve(security, "local_cluster")
     kwargs["security"] = sec          # None: distributed's default, plain TCP
+    kwargs["preload"] = preloads(kwargs.get("preload"))
     kwargs.setdefault("host", LOOPBACK)
     kwargs.setdefault("dashboard_address", f"{LOOPBACK}:0")
     if cuda_workers_available():
@@ -224,6 +227,7 @@ def _share_credentials(comm, security, where, roles, client_file=None):
 
 def _worker_class(worker_class, nthreads, worker_options, gpu):
     opts = dict(worker_options or {})
+    opts["preload"] = preloads(opts.get("preload"))
     if worker_class is None:
         if gpu is not None and cuda_workers_available():
             return "dask_cuda.CUDAWorker", opts, 1

@@ -44,6 +44,7 @@ SCRIPT = textwrap.dedent('''
                 same[f"{name}/{n}"] = K.same_bits(K.as_dict(plugin, ref), K.as_dict(plugin, got))
         found = listeners(process_tree(os.getppid()))
         print("RESULT " + json.dumps({"ranks": {r: [str(w.name), w.host, w.address] for r, w in ranks.items()},
+                                      "warm": list(client.run(eagle_dask.warm.started).values()),
                                       "same": same, "listeners": len(found),
                                       "beyond": beyond_loopback(found)}), flush=True)
 ''')
@@ -62,6 +63,7 @@ def test_initialize_runs_plans_with_the_same_bits(tmp_path, world):
     assert [res["ranks"][str(r)][0] for r in range(world - 2)] == [str(r) for r in range(2, world)]
     assert all(w[1] == "127.0.0.1" and w[2].startswith("tls://127.0.0.1:") for w in res["ranks"].values())
     assert res["same"] and all(res["same"].values()), {k: v for k, v in res["same"].items() if not v}
+    assert len(res["warm"]) == world - 2 and all(w.get("seconds", 0) > 0 for w in res["warm"]), res["warm"]
     assert res["listeners"] >= world - 1          # the scheduler and every worker
     assert res["beyond"] == []
 
@@ -99,6 +101,8 @@ def test_cluster_launcher_and_scheduler_file_join(tmp_path):
             client.wait_for_workers(2, timeout=180)
             ranks = eagle_dask.DaskPartition.on(client).ranks()
             assert [w.name for w in ranks.values()] == [1, 2]
+            started = list(client.run(eagle_dask.warm.started).values())
+            assert len(started) == 2 and all(w.get("seconds", 0) > 0 for w in started), started
             plugin = eagle.deploy(K.reductions)
             ref = eplan.plan(plugin, structure=eexec.HostTeam).run(**K.inputs("reductions", 333))
             got = eplan.plan(plugin, structure=eagle_dask.DaskPartition.on(client, progress=False)).run(
