@@ -156,7 +156,8 @@ class EagerRun:
         self._old_whole = []
         self.failed_gathers = 0
         self.shared = SharedRun(client, [self.table[b.rank].address for b in self.blocks], bound, self.sliced,
-                                self.whole, self.fresh, set(plugin.names(*OUTPUT_KINDS)), plugin.sliceable)
+                                self.whole, self.fresh, set(plugin.names(*OUTPUT_KINDS)), plugin.sliceable,
+                                plugin.cells)
         try:
             if keys.reports_progress(self.tag):       # before the blocks start: they report as they go
                 self.bar = show_progress(client, self.tag, self.name, n, {b.rank: b.part.count for b in self.blocks})
@@ -242,6 +243,9 @@ class EagerRun:
         finished = [b for b in blocks if b.future.status == "finished"]
         others = [b for b in blocks if b.future.status != "finished"]
         again = []
+        for b in [b for b in finished if b.shared]:      # written in place, rows included: nothing to fetch
+            finished.remove(b)
+            self._done(b, {}, self.shared.rows_of(b.part.base, b.part.stop))
         if finished:
             from distributed import TimeoutError as DaskTimeout
             bound = min(self.structure.timeout, GATHER * 2 ** min(self.failed_gathers, 8))
@@ -263,11 +267,7 @@ class EagerRun:
                     again = finished
             else:
                 for b, (out, rows) in zip(finished, results):
-                    for name, block in out.items():
-                        self.bound.values[name][b.part.base:b.part.stop] = block
-                    self.rows_of[b.rank] = rows
-                    if self.bar is not None:
-                        self.bar.finished(b.rank)
+                    self._done(b, out, rows)
         for b in others:
             if b.future.status == "error":
                 if _elsewhere(self, b):
@@ -275,6 +275,14 @@ class EagerRun:
                 self._raise_error(b)
             self._cancelled(b)
         return again
+
+    def _done(self, b, out, rows):
+        """A finished block: its output blocks written at its offset, its row partials kept."""
+        for name, block in out.items():
+            self.bound.values[name][b.part.base:b.part.stop] = block
+        self.rows_of[b.rank] = rows
+        if self.bar is not None:
+            self.bar.finished(b.rank)
 
     def left(self):
         """The ranks whose blocks have not come back."""

@@ -13,7 +13,11 @@ plane through POSIX shared memory instead of the task's messages:
   again (its worker died) starts from the initial values, with the same bits;
 * a task carries only a ``SharedPlanes``: the driver's host id and, per plane, the segment
   names, dtypes and shapes; the worker maps the segments, reads in place and writes its output
-  share directly into the driver's segment.
+  share directly into the driver's segment;
+* a cell's row partials go the same way: one segment per cell holds the run's rows (``ROW``
+  samples each), a block writes its rows there before it returns, and the driver reads them
+  once the block's task has finished -- so a block on the driver's host is never fetched from
+  its worker (a round trip per block).
 
 Whether a worker is on the driver's host is decided by ``host_id`` -- the host name together
 with the machine id and the boot id, never an address -- asked once per worker and client
@@ -39,6 +43,8 @@ import uuid
 import weakref
 
 import numpy as np
+
+from eagle.rows import n_rows, row_span
 
 #: where segments live (a tmpfs on Linux)
 SHM_DIR = "/dev/shm"
@@ -177,18 +183,29 @@ def _unlink_all():
 # -- what a task carries -----------------------------------------------------------------------
 class SharedPlanes:
     """A block's planes as segments: ``planes[name] = (input segment or None, output segment or
-    None, dtype, shape, sliced, fresh)``; plain data, a few hundred bytes."""
+    None, dtype, shape, sliced, fresh)``, and ``rows[cell] = (segment, rows of the run)``; plain
+    data, a few hundred bytes."""
 
-    __slots__ = ("host", "planes")
+    __slots__ = ("host", "planes", "rows")
 
-    def __init__(self, host, planes):
-        self.host, self.planes = host, planes
+    def __init__(self, host, planes, rows=None):
+        self.host, self.planes, self.rows = host, planes, rows or {}
 
     def __getstate__(self):
-        return (self.host, self.planes)
+        return (self.host, self.planes, self.rows)
 
     def __setstate__(self, state):
-        self.host, self.planes = state
+        self.host, self.planes, self.rows = state
+
+    def write_rows(self, start, stop, rows):
+        """On the worker: the row partials of samples ``[start, stop)`` into the cells' segments."""
+        r0, r1 = row_span(start, stop)
+        for cell, (name, total) in self.rows.items():
+            got = np.asarray(rows[cell])
+            if got.shape != (r1 - r0, 2):
+                raise RuntimeError(f"cell {cell!r}: samples [{start}, {stop}) gave row partials of shape "
+                                   f"{got.shape}, not ({r1 - r0}, 2)")
+            open_segment(name, np.float64, (total, 2))[r0:r1] = got
 
     def open(self, start, stop):
         """On the worker: (sliced inputs, whole inputs, planes written in place), the outputs'
@@ -217,14 +234,17 @@ class SharedRun:
     one of them (``for_block``); ``finish`` copies the written shares back into the caller's
     planes; ``close`` unlinks every segment."""
 
-    def __init__(self, client, addresses, bound, sliced, whole, fresh, outputs, sliceable):
+    def __init__(self, client, addresses, bound, sliced, whole, fresh, outputs, sliceable, cells=()):
         self.client = client
         self.local = LocalWorkers.of(client, sorted(set(addresses)))
         self.bound, self.sliced, self.whole, self.fresh = bound, sliced, whole, fresh
-        self.outputs, self.sliceable = outputs, sliceable
+        self.outputs, self.sliceable, self.cells = outputs, sliceable, tuple(cells)
         self.segments = None
         self.planes = None
+        self.failed = False          # /dev/shm could not hold the planes: every block takes the messages
+        self.rows = {}
         self.views = {}
+        self.row_views = {}
         self.host = host_id()
 
     def _build(self):
@@ -242,6 +262,10 @@ class SharedRun:
             seg_out, view = seg.new(target.shape, target.dtype)
             self.bound.values[name] = view                      # the result is the segment itself
             planes[name] = (None, seg_out, target.dtype.str, target.shape, True, True)
+        total = n_rows(self.bound.n)
+        for cell in self.cells:
+            name, self.row_views[cell] = seg.new((total, 2), np.float64)
+            self.rows[cell] = (name, total)
         self.planes = planes
 
     def for_block(self, address, remote=False):
@@ -259,12 +283,17 @@ class SharedRun:
                 self._build()
             except OSError:
                 self.close()
-                self.planes = {}
+                self.planes, self.failed = {}, True
                 return None
-        if not self.planes and (self.sliced or self.whole or self.fresh):
+        if self.failed:
             return None
         planes = {k: (a, b, d, s, sl and k in self.sliceable, f) for k, (a, b, d, s, sl, f) in self.planes.items()}
-        return SharedPlanes(self.host, planes)
+        return SharedPlanes(self.host, planes, self.rows)
+
+    def rows_of(self, start, stop):
+        """The row partials a finished block of samples ``[start, stop)`` wrote (copies)."""
+        r0, r1 = row_span(start, stop)
+        return {cell: view[r0:r1].copy() for cell, view in self.row_views.items()}
 
     def finish(self, parts):
         """Copy the shares ``parts`` ([(start, stop)]) written in the segments into the caller's planes."""

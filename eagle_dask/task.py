@@ -273,7 +273,14 @@ def run_block(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh,
         more_sliced, more_whole, in_place = shared.open(start, stop)
         sliced, whole = {**sliced, **more_sliced}, {**(whole or {}), **more_whole}
     with thread_budget(worker_threads()):
-        return _run(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device, in_place)
+        blocks, rows = _run(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device, in_place)
+    if isinstance(shared, SharedPlanes):
+        if blocks:
+            raise RuntimeError(f"kernel {plugin.name!r}: output planes {sorted(blocks)} of the block of rank {rank} "
+                               "are not in shared memory, although the block's planes are")
+        shared.write_rows(start, stop, rows)      # the driver reads them there: nothing to fetch
+        return blocks, None
+    return blocks, rows
 
 
 def worker_threads() -> int:

@@ -15,7 +15,6 @@ raises numba's error with the kernel's name, as without the preload.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
@@ -48,10 +47,11 @@ def warm() -> float:
     return time.perf_counter() - t
 
 
-async def dask_setup(worker):
-    """distributed's preload hook: warm numba in a thread, the worker's event loop left free."""
+def dask_setup(worker):
+    """distributed's preload hook, run as the worker starts (before it registers, nothing else
+    running in it yet: the warm-up runs right there, in the worker's own thread)."""
     try:
-        seconds = await asyncio.to_thread(warm)
+        seconds = warm()
     except Exception as e:  # noqa: BLE001 - a worker that cannot warm still starts; its tasks report why
         STARTED["error"] = f"{type(e).__name__}: {e}"
         logger.warning("eagle_dask.warm: numba did not start on worker %s (%s); its first eagle task "

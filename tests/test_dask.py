@@ -380,8 +380,11 @@ def test_device_kernel_inner_on_simulated_gpus(monkeypatch):
 
 
 def test_demo_command_end_to_end():
-    proc = subprocess.run([sys.executable, "-m", "eagle_dask", "demo", "--samples", "20000", "--workers", "2"],
-                          cwd=ROOT, env=loopback_env(), capture_output=True, text=True, timeout=300)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "eagle_dask", "demo", "--samples", "20000", "--workers", "2"],
+                              cwd=ROOT, env=loopback_env(), capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the demo did not end within 300 s; it printed:\n{e.stdout}\n{e.stderr}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "identical: yes" in proc.stdout
     assert "dask (2 workers)" in proc.stdout and "one process" in proc.stdout

@@ -80,6 +80,35 @@ def test_same_bits_through_shared_memory(client, name):
             assert ours() == [], f"{name}, {k} workers, n={n}: segments left in /dev/shm"
 
 
+@pytest.mark.parametrize("name", ["reductions", "oscillator"])
+def test_blocks_on_the_drivers_host_are_not_fetched(client, monkeypatch, name):
+    """Outputs and the cells' row partials are written in the segments: the driver fetches nothing
+    from its host's workers (one round trip per block saved), and the cells have the bits of one
+    process at every cut.  Through the messages the same runs fetch every block."""
+    plugin = eagle.deploy(K.CASES[name][0])
+    fetched = []
+    real = client._gather
+
+    async def counting(futures, *args, **kwargs):
+        fetched.append(len(futures))
+        return await real(futures, *args, **kwargs)
+
+    monkeypatch.setattr(client, "_gather", counting)
+    for shared in (True, False):
+        monkeypatch.setenv("EAGLE_DASK_SHM", "1" if shared else "0")
+        fetched.clear()
+        for n in (0, 1, 33, 1001):
+            want = K.one_process(name, n)
+            for k in (1, 3):
+                got = K.as_dict(plugin, eplan.plan(plugin, structure=on(client, k)).run(**K.inputs(name, n)))
+                assert K.same_bits(want, got), f"{name}: {k} workers, n={n}, shared memory {shared}"
+        if shared:
+            assert fetched == [], f"blocks fetched from workers on the driver's host: {fetched}"
+        else:
+            assert sum(fetched) >= 2 + 3 * 2, fetched      # every block of n >= 1 (n = 1, 33: one per run)
+    assert ours() == []
+
+
 def test_supplied_outputs_written_in_place(client):
     """A supplied Out keeps its values where the kernel does not write; Mutables are updated in
     the caller's arrays; the arrays returned are the caller's."""

@@ -1,7 +1,6 @@
 """Workers start numba before they join (``eagle_dask.warm``, a preload of eagle's clusters)."""
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import pytest
@@ -66,7 +65,7 @@ def test_a_warm_up_that_fails_leaves_the_worker_starting(monkeypatch, caplog):
         address = "tls://127.0.0.1:1"
 
     with caplog.at_level(logging.WARNING, logger="eagle_dask.warm"):
-        assert asyncio.run(warm.dask_setup(Worker())) is None
+        assert warm.dask_setup(Worker()) is None
     assert warm.started() == {"error": "OSError: no compiler here"}
     assert "tls://127.0.0.1:1" in caplog.text and "no compiler here" in caplog.text
 
