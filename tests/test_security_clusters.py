@@ -280,6 +280,8 @@ def _cluster(tmp_path, *flags):
     while not sched.exists() and proc.poll() is None and time.monotonic() < end:
         time.sleep(0.2)
     assert sched.exists(), proc.stdout.read() if proc.poll() is not None else "no scheduler file"
+    with eagle_dask.connect(sched) as client:          # the workers join after the file is written
+        client.wait_for_workers(2, timeout=180)
     return proc, sched
 
 
