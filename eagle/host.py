@@ -308,12 +308,25 @@ class HostEntry:
         return record
 
 
+#: the threads now in ``_wait``: the one place where an exception raised into a thread from
+#: outside (``eagle_dask.cancel``) stops its run cleanly; raised while the thread loads or
+#: compiles a kernel, it could leave a lock held (a module's file lock, numba's)
+_WAITING = set()
+
+
+def waiting_for_team(ident: int) -> bool:
+    """Whether thread ``ident`` is waiting for its team (in ``_wait``)."""
+    return ident in _WAITING
+
+
 def _wait(jobs, progs):
     """Wait for the team's jobs.  When this thread is interrupted (Ctrl-C), every chunk is told to
     stop (its loops poll the flag: ``eagle.interrupt``), the team is waited for (``STOP_WAIT``
     seconds at most), and the interruption goes on: a run stops within a poll of Ctrl-C and the
     process can exit."""
+    me = threading.get_ident()
     try:
+        _WAITING.add(me)
         pending = set(jobs)
         while pending:
             _, pending = futures.wait(pending, timeout=0.25)
@@ -322,6 +335,8 @@ def _wait(jobs, progs):
             stop(prog)
         futures.wait(jobs, timeout=STOP_WAIT)
         raise
+    finally:
+        _WAITING.discard(me)
 
 
 def _load(plugin, source):

@@ -9,7 +9,9 @@ last long (the first one of a team of ``T`` threads holds ``4 T`` whole chunks).
 While a piece runs (``watching``), one watcher thread per worker process looks at the task's
 state every ``POLL`` seconds.  When the task is no longer wanted, it raises ``Abandoned`` in the
 task's thread -- the thread that waits for the host engine's team, where Ctrl-C lands in a
-driver.  The host engine treats it as it treats Ctrl-C (``eagle.host``: every tile is told to
+driver -- and only while that thread waits there (``eagle.host.waiting_for_team``): raised while
+it loads or compiles the kernel, the exception could leave a lock held (the module's file lock,
+which every process of the host would then wait for), so the watcher waits for its next look.  The host engine treats it as it treats Ctrl-C (``eagle.host``: every tile is told to
 stop at its next sample, the team is waited for, the exception goes on), so the worker's threads
 are free within about ``POLL`` plus the engine's own wait poll (0.25 s).
 
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import ctypes
 import threading
+
+from eagle.host import waiting_for_team
 
 #: seconds between two looks at the watched tasks' states
 POLL = 0.1
@@ -58,7 +62,7 @@ def _watch_loop():
                 gone = not w.wanted()
             except Exception:  # noqa: BLE001 - the worker closing: leave the piece to end on its own
                 gone = False
-            if gone:
+            if gone and waiting_for_team(ident):        # never while it loads or compiles
                 with _LOCK:
                     if _WATCHED.get(ident) is w and not w.fired:
                         w.fired = True

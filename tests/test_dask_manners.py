@@ -298,3 +298,36 @@ def test_a_cancelled_piece_stops_within_a_poll():
         small = K.inputs("oscillator", 10_000)
         out = p.run(**{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in small.items()})
         same_as_numpy(K.as_dict(eagle.deploy(oscillator), out), K.oscillator_numpy(small))
+
+
+def test_abandoned_only_while_the_thread_waits_for_its_team():
+    """The cancel watcher raises ``Abandoned`` into a task's thread only while that thread waits
+    for its host team: while it does anything else (loading or compiling the kernel, holding the
+    module's file lock) the exception waits, so no lock is left held; then the team stops within
+    a poll."""
+    import eagle.exec as eexec
+    from eagle_dask.cancel import Abandoned, watching
+    plan = eplan.plan(oscillator, structure=eexec.HostTeam)
+    plan.run(**oscillators(64, 1))
+    box = {}
+
+    def task():
+        t = time.monotonic()
+        try:
+            with watching(lambda: False):                # released from the start
+                while time.monotonic() - t < 1.0:      # Python of its own, outside the team's wait
+                    box["spins"] = box.get("spins", 0) + 1
+                box["outside"] = time.monotonic() - t
+                plan.run(**oscillators(4096, 300_000_000))    # minutes of work, unless stopped
+            box["ended"] = "returned"
+        except Abandoned:
+            box["ended"] = "abandoned"
+        box["seconds"] = time.monotonic() - t
+
+    th = threading.Thread(target=task, daemon=True)
+    th.start()
+    th.join(60)
+    assert not th.is_alive(), "the team was not stopped"
+    assert box.get("outside", 0) >= 1.0, f"Abandoned was raised outside the team's wait: {box}"
+    assert box["ended"] == "abandoned", box
+    assert box["seconds"] < 1.0 + 5.0, box
