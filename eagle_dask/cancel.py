@@ -11,9 +11,10 @@ state every ``POLL`` seconds.  When the task is no longer wanted, it raises ``Ab
 task's thread -- the thread that waits for the host engine's team, where Ctrl-C lands in a
 driver -- and only while that thread waits there (``eagle.host.waiting_for_team``): raised while
 it loads or compiles the kernel, the exception could leave a lock held (the module's file lock,
-which every process of the host would then wait for), so the watcher waits for its next look.  The host engine treats it as it treats Ctrl-C (``eagle.host``: every tile is told to
-stop at its next sample, the team is waited for, the exception goes on), so the worker's threads
-are free within about ``POLL`` plus the engine's own wait poll (0.25 s).
+which every process of the host would then wait for), so the watcher waits for its next look.
+The host engine treats it as it treats Ctrl-C (``eagle.host``: every tile is told to stop at its
+next sample, the team is waited for, the exception goes on), so the worker's threads are free
+within about ``POLL`` plus the engine's own wait poll (0.25 s).
 
 The exception is raised at most once per piece, and only while the piece runs: leaving
 ``watching`` clears one that was raised but not yet delivered, and raises it there instead.

@@ -10,9 +10,10 @@
   :func:`connect` joins it.
 
 Their workers start numba before they join (:mod:`eagle_dask.warm`, a preload), so a fresh
-cluster's first run does not pay it.  Every one of them runs mutual TLS by default (``security=None``: fresh credentials per cluster,
-see :mod:`eagle_dask.security`); ``security=False`` is plain TCP, which lets any user of the
-machine who can reach a port run code as you.
+cluster's first run does not pay it.  Every one of them runs mutual TLS by default
+(``security=None``: fresh credentials per cluster, see :mod:`eagle_dask.security`);
+``security=False`` is plain TCP, which lets any user of the machine who can reach a port run
+code as you.
 """
 from __future__ import annotations
 

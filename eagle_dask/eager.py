@@ -243,9 +243,9 @@ class EagerRun:
         finished = [b for b in blocks if b.future.status == "finished"]
         others = [b for b in blocks if b.future.status != "finished"]
         again = []
-        for b in [b for b in finished if b.shared]:      # written in place, rows included: nothing to fetch
-            finished.remove(b)
+        for b in (b for b in finished if b.shared):      # written in place, rows included: nothing to fetch
             self._done(b, {}, self.shared.rows_of(b.part.base, b.part.stop))
+        finished = [b for b in finished if not b.shared]
         if finished:
             from distributed import TimeoutError as DaskTimeout
             bound = min(self.structure.timeout, GATHER * 2 ** min(self.failed_gathers, 8))
