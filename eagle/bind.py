@@ -82,6 +82,15 @@ def sample_count(kernel: str, n_of: dict) -> int:
     return next(iter(n_of.values()))
 
 
+def is_bins(plugin, name) -> bool:
+    """An output plane the body never touches at its own sample, only at indices it computes (a
+    histogram's bins, ``counts[b] += 1.0``): not a per-sample plane, so any length, every index
+    checked.  Such a kernel writes other samples (``cross_sample_write``): one partition only."""
+    use = plugin.plane_uses.get(name)
+    return (plugin.roles[name].kind in OUTPUT_KINDS and use is not None and not use.opaque
+            and use.index_dims == 0 and bool(use.subscripts) and use.writes_other)
+
+
 def check_plane(plugin, name, v):
     """Refuse a plane whose shape or dtype the body cannot use: (n,) or (n, w) as the body indexes
     it, holding numbers compiled code reads, and no mask."""
@@ -160,7 +169,8 @@ def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=
         if kind in OUTPUT_KINDS:
             check_output(k, name, role, v, gathered)
         values[name] = v
-        n_of[name] = int(v.shape[0])
+        if not is_bins(plugin, name):
+            n_of[name] = int(v.shape[0])
     n = sample_count(k, n_of)
     outputs = plugin.names(*OUTPUT_KINDS)
     supplied = {name for name in outputs if name in planes}

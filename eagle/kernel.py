@@ -120,7 +120,16 @@ class Kernel:
         self.__module__ = getattr(fn, "__module__", None)
 
     def __call__(self, *args, **kwargs):
-        """Calling a kernel runs its body in Python for one sample (handy for debugging)."""
+        """Calling a kernel runs its body in Python for one sample (handy for debugging):
+        ``k(i, *planes)``; any other call is explained, with how to run every sample."""
+        try:
+            inspect.signature(self.fn).bind(*args, **kwargs)
+        except TypeError as e:
+            names = ", ".join(f"{n}=..." for r, n in self.arg_spec if r.kind not in ("Cell", "Out"))
+            raise TypeError(
+                f"kernel {self.name!r} is not called like a function ({e}): run every sample with a plan, "
+                f"eagle.plan.plan(eagle.deploy({self.name}), structure=eagle.exec.HostTeam).run({names}); "
+                f"{self.name}({self.index_name}, ...) with every argument runs one sample in Python") from None
         return self.fn(*args, **kwargs)
 
     def __repr__(self):

@@ -26,6 +26,8 @@ class Structure:
     crosses_processes = False
     #: runs on a GPU and takes ``device=``
     uses_device = False
+    #: where a run's settings go, said when the structure is called like a class
+    settings_hint = "a plan's own settings (npartitions=, partitions=, inner=) go to plan()"
 
     def bind(self, plan, planes, device):
         """Validate a run's arguments (see ``eagle.bind.bind``)."""
@@ -33,6 +35,10 @@ class Structure:
 
     def __repr__(self):
         return f"eagle.exec.{self.public_name}"
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"{self!r} is a structure already, not a class to call: pass it without "
+                        f"parentheses, plan(plugin, structure={self!r}); {self.settings_hint}")
 
     def __reduce__(self):
         return self.public_name

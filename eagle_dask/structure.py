@@ -46,6 +46,7 @@ class _DaskPartition(Structure):
     name = "dask_partition"
     public_name = "DaskPartition"
     crosses_processes = True
+    settings_hint = "a client, workers, timeout or min_block go to DaskPartition.on(client, ...)"
 
     client = None
     workers = None

@@ -176,3 +176,30 @@ def test_linear_algebra_with_scipy_runs():
     got = eplan.plan(eagle.deploy(inverse_trace), structure=eexec.HostTeam).run(x=x)
     want = [np.trace(np.linalg.inv(np.array([[v, 1.0], [1.0, 2.0]]))) for v in x]
     assert np.allclose(got, want, rtol=1e-12)
+
+
+def test_a_kernel_called_like_a_function_says_how_to_run_it():
+    x = np.arange(4.0)
+    refused(TypeError, lambda: nudge(x, x), "kernel 'nudge'", "eagle.deploy(nudge)",
+                  ".run(x=..., m=...)", "nudge(i, ...)")
+    # the advice runs, and a call with every argument still runs one sample in Python
+    m = np.ones(4)
+    assert same_bits(run_nudge(x, m.copy()), 1.0 + 2.0 * x)
+    one = np.ones(4)
+    nudge(2, x, one)
+    assert same_bits(one, np.array([1.0, 1.0, 5.0, 1.0]))
+
+
+@pytest.mark.parametrize("structure", ["HostTeam", "DeviceKernel", "RankPartition"])
+def test_a_structure_called_like_a_class_says_to_drop_the_parentheses(structure):
+    s = getattr(eexec, structure)
+    refused(TypeError, lambda: s(), f"eagle.exec.{structure} is a structure already",
+            f"structure=eagle.exec.{structure}", "without parentheses")
+    x = np.arange(3.0)
+    assert same_bits(eplan.plan(eagle.deploy(nudge), structure=eexec.HostTeam).run(x=x, m=np.zeros(3)), 2.0 * x)
+
+
+def test_dask_partition_called_like_a_class_points_to_on():
+    eagle_dask = pytest.importorskip("eagle_dask")
+    refused(TypeError, lambda: eagle_dask.DaskPartition("tls://127.0.0.1:1"), "eagle_dask.DaskPartition is a "
+            "structure already", "DaskPartition.on(client, ...)")
