@@ -17,6 +17,7 @@ import contextvars
 import functools
 import os
 import re
+import sys
 import threading
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ from .entries import Entries
 from .errors import compile_error, kernel_error
 from .host_codegen import host_source, simd_source
 from .interrupt import new_progress, stop
+from .mpi.world import local_ranks
 from .host_path import decide, without_lanes, without_simd
 from .rows import ROW, check_row_start, identity_rows, row_span
 
@@ -71,8 +73,34 @@ def thread_budget(threads: int):
         _BUDGET.reset(token)
 
 
+def dask_worker_threads() -> int | None:
+    """The threads of the Dask worker whose task this thread runs (a HostTeam run inside a user's
+    own Dask task), or None.  Asked of distributed only where it is already imported."""
+    worker = sys.modules.get("distributed.worker")
+    if worker is None:
+        return None
+    try:
+        w = worker.get_worker()
+    except (ValueError, AttributeError):     # not inside a task
+        return None
+    state = getattr(w, "state", None)
+    threads = getattr(state, "nthreads", None) or getattr(w, "nthreads", None)
+    return int(threads) if threads else None
+
+
+def rank_share(cpus: int) -> int:
+    """An MPI rank's share of the CPUs: ``cpus`` split between the ranks on this host, unless the
+    launcher already bound the rank to fewer CPUs than the host has (its mask is its share)."""
+    ranks = local_ranks()
+    if ranks <= 1 or cpus < (os.cpu_count() or cpus):
+        return cpus
+    return max(1, cpus // ranks)
+
+
 def num_threads() -> int:
-    """``EAGLE_NUM_THREADS``, else the context's ``thread_budget``, else the CPUs this process may use."""
+    """``EAGLE_NUM_THREADS``, else the context's ``thread_budget``, else the threads of the Dask
+    worker whose task runs this, else this MPI rank's share of the host's CPUs, else the CPUs this
+    process may use."""
     env = os.environ.get("EAGLE_NUM_THREADS")
     if env:
         try:
@@ -83,7 +111,10 @@ def num_threads() -> int:
             raise ValueError(f"EAGLE_NUM_THREADS={env!r}: a team has at least one thread")
         return n
     budget = _BUDGET.get()
-    return cpu_count() if budget is None else budget
+    if budget is not None:
+        return budget
+    threads = dask_worker_threads()
+    return rank_share(cpu_count()) if threads is None else threads
 
 
 def _submit(threads: int, calls: list) -> list:

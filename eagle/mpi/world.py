@@ -78,6 +78,44 @@ def require(what: str):
     raise RuntimeError(f"{what} needs MPI: {why}")
 
 
+# -- ranks on this host ----------------------------------------------------------------------------
+#: launchers' own count of the ranks on this host (hydra and Intel MPI, Open MPI, MVAPICH)
+LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE")
+
+
+def _slurm_local_tasks(env) -> int | None:
+    """This node's tasks of the SLURM step (srun), from ``SLURM_STEP_TASKS_PER_NODE`` ("2(x3),1");
+    None in a batch script, which is one process whatever the job's tasks."""
+    spec, node = env.get("SLURM_STEP_TASKS_PER_NODE"), env.get("SLURM_NODEID")
+    if not spec or node is None:
+        return None
+    counts = []
+    for part in spec.split(","):
+        count, _, times = part.partition("(x")
+        counts += [int(count)] * (int(times.rstrip(")")) if times else 1)
+    return counts[int(node)] if int(node) < len(counts) else None
+
+
+def local_ranks(env=None) -> int:
+    """How many ranks of this job run on this host, read from the launcher's environment (no
+    collective call, so any rank may ask alone): its own count where it gives one, else SLURM's
+    tasks on this node, else every rank for a launcher that only forks (mpiexec.gforker); 1 when
+    this process is no rank."""
+    env = os.environ if env is None else env
+    try:
+        for var in LOCAL_SIZE_VARS:
+            if env.get(var):
+                return max(1, int(env[var]))
+        found = _slurm_local_tasks(env)
+        if found:
+            return found
+        if env.get("PMI_SIZE") and "PMI_FD" in env and "SLURM_JOB_ID" not in env:
+            return max(1, int(env["PMI_SIZE"]))
+    except ValueError:            # a launcher variable that is not a count: no share taken
+        return 1
+    return 1
+
+
 # -- lazy initialisation -------------------------------------------------------------------------
 def launched() -> bool:
     """Whether a launcher (mpiexec, mpirun, srun) started this process, from its environment."""

@@ -14,4 +14,13 @@ MUTANTS = [
     {"name": "a structure called like a class: Python's own error", "path": "eagle/structure.py",
      "old": "    def __call__(self, *args, **kwargs):", "new": "    def _not_called(self, *args, **kwargs):",
      "tests": ["tests/test_messages.py"], "timeout": 300},
+    {"name": "a user's Dask task not bound by its worker's threads", "path": "eagle/host.py",
+     "old": "    threads = dask_worker_threads()\n", "new": "    threads = None\n",
+     "tests": ["tests/test_thread_budget.py"], "timeout": 300},
+    {"name": "an MPI rank takes every CPU of its host", "path": "eagle/host.py",
+     "old": "    if ranks <= 1 or cpus < (os.cpu_count() or cpus):", "new": "    if True:",
+     "tests": ["tests/test_thread_budget.py"], "timeout": 300},
+    {"name": "SLURM's tasks per node read one node off", "path": "eagle/mpi/world.py",
+     "old": "    return counts[int(node)] if", "new": "    return counts[int(node) - 1] if",
+     "tests": ["tests/test_thread_budget.py"], "timeout": 300},
 ]
