@@ -307,3 +307,35 @@ def test_no_listener_beyond_loopback_during_a_two_rank_job(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
             proc.wait()
+
+
+# -- srun without MPI: several tasks, each a world of one -----------------------------------------
+def _example(env, ranks=None):
+    args = [os.path.join("examples", "mpi_run.py")]
+    if ranks is None:
+        return subprocess.run([sys.executable, *args], env=launch.loopback_env(env), cwd=launch.ROOT,
+                              capture_output=True, text=True, timeout=180)
+    return launch.mpiexec(ranks, args, env=env, check=False)
+
+
+def test_srun_tasks_that_mpi_did_not_connect_are_refused_by_name():
+    """Plain ``srun -n 2`` with the mpich wheel starts two processes, each a world of 1: each would
+    run every sample alone (issue: two 'rank 0 of 1' runs, exit 0).  Here the step's environment
+    says 2 tasks and the world is 1, alone and under a launcher of one rank."""
+    for proc in (_example({"SLURM_STEP_NUM_TASKS": "2", "SLURM_JOB_ID": "9"}),
+                 _example({"SLURM_STEP_NUM_TASKS": "2", "SLURM_JOB_ID": "9"}, ranks=1)):
+        assert proc.returncode != 0, proc.stdout
+        err = proc.stderr
+        assert "one of the 2 tasks srun started" in err and "srun --mpi=pmi2" in err, err[-2000:]
+        assert "rank 0 of 1" not in proc.stdout
+
+
+def test_srun_tasks_connected_by_mpi_run_as_ranks():
+    launch.require_mpi()
+    one = _example({})
+    two = _example({"SLURM_STEP_NUM_TASKS": "2", "SLURM_JOB_ID": "9"}, ranks=2)
+    assert one.returncode == 0 and two.returncode == 0, two.stdout + two.stderr
+    digest = one.stdout.split("digest ")[1].strip()
+    lines = sorted(line for line in two.stdout.splitlines() if line.startswith("rank"))
+    assert [line.split(":")[0] for line in lines] == ["rank 0 of 2", "rank 1 of 2"]
+    assert all(line.endswith(digest) for line in lines), (digest, lines)

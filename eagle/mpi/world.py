@@ -116,6 +116,22 @@ def local_ranks(env=None) -> int:
     return 1
 
 
+def unconnected_tasks(size: int, env=None) -> str | None:
+    """Why a world of ``size`` ranks is wrong here, or None: srun started several tasks of this
+    step, but MPI gave this one a world of 1 (the mpich wheel under plain ``srun`` or
+    ``--mpi=pmix``), so each task would run every sample alone."""
+    env = os.environ if env is None else env
+    try:
+        tasks = int(env.get("SLURM_STEP_NUM_TASKS") or 1)
+    except ValueError:
+        return None
+    if tasks <= 1 or size != 1:
+        return None
+    return (f"this process is one of the {tasks} tasks srun started, but its MPI world has 1 rank: srun did "
+            "not connect the tasks, so each would run every sample alone. With the mpich wheel launch "
+            "srun --mpi=pmi2 ...; with your site's MPI, its own srun plugin or mpirun")
+
+
 # -- lazy initialisation -------------------------------------------------------------------------
 def launched() -> bool:
     """Whether a launcher (mpiexec, mpirun, srun) started this process, from its environment."""
@@ -137,6 +153,9 @@ def comm():
     """COMM_WORLD when this process is an MPI rank (initialising MPI if needed), else None."""
     MPI = mpi_module() if ("mpi4py.MPI" in sys.modules or launched()) else None
     if MPI is None:
+        why = unconnected_tasks(1)
+        if why:
+            raise RuntimeError(why)
         return None
     if MPI.Is_finalized():
         raise RuntimeError("MPI was already finalised in this process; RankPartition cannot run")
@@ -147,6 +166,9 @@ def comm():
         _STATE["started"] = True
         atexit.register(_finalize)
         _install_abort_hook(MPI)
+    why = unconnected_tasks(MPI.COMM_WORLD.Get_size())
+    if why:
+        raise RuntimeError(why)
     return MPI.COMM_WORLD
 
 

@@ -23,4 +23,8 @@ MUTANTS = [
     {"name": "SLURM's tasks per node read one node off", "path": "eagle/mpi/world.py",
      "old": "    return counts[int(node)] if", "new": "    return counts[int(node) - 1] if",
      "tests": ["tests/test_thread_budget.py"], "timeout": 300},
+    {"name": "srun tasks in worlds of one not refused", "path": "eagle/mpi/world.py",
+     "old": "    if tasks <= 1 or size != 1:\n        return None", "new": "    return None",
+     "tests": ["tests/test_mpi.py::test_srun_tasks_that_mpi_did_not_connect_are_refused_by_name"],
+     "timeout": 300},
 ]
