@@ -70,25 +70,31 @@ def run(samples=1_000_000, steps=1000, workers=None, client=None, progress=None,
 
 def _lazy(client, plugin, n, steps, workers):
     """The lazy mode: inputs persisted on the workers (chunks of whole rows), outputs persisted, then fetched."""
-    import dask
     import dask.array as da
     from . import DaskPartition
+    from .ranks import scheduler_workers
     p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False))
 
-    def once(n, steps):
-        data = planes(n, steps)
+    def once(n, steps, where=None, seed=2024):
+        """One lazy run of n samples (on the workers ``where`` only, when given)."""
+        data = planes(n, steps, seed)
         chunk = max(32, -(-n // (2 * workers)) // 32 * 32)
         lazy = {**data, **{k: da.from_array(data[k], chunks=chunk) for k in ("omega", "x", "v")}}
         with warnings.catch_warnings():          # the inputs go into the graph once, on purpose
             warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
-            lazy["omega"], lazy["x"], lazy["v"] = dask.persist(lazy["omega"], lazy["x"], lazy["v"])
+            lazy["omega"], lazy["x"], lazy["v"] = client.persist([lazy["omega"], lazy["x"], lazy["v"]],
+                                                                 workers=where)
         t = time.perf_counter()
         out = p.run(**lazy)
-        x, v, energy = dask.persist(out["x"], out["v"], out["energy"])
-        got = dict(zip(("x", "v", "energy"), client.gather(client.compute([x, v, energy]))))
+        x, v, energy = client.persist([out["x"], out["v"], out["energy"]], workers=where)
+        got = dict(zip(("x", "v", "energy"), client.gather(client.compute([x, v, energy], workers=where))))
         return got, time.perf_counter() - t
 
-    once(64 * workers, 1)       # warm: the workers compile for the chunks' types (read-only inputs)
+    # warm every worker, one at a time: each compiles for the chunks' types (read-only inputs);
+    # a small run on all of them at once would join its chunks into one block on one worker.
+    # Each its own inputs: the same ones would be the same keys, served from the first's memory
+    for seed, address in enumerate(scheduler_workers(client)):
+        once(64, 1, where=[address], seed=seed)
     return once(n, steps)
 
 

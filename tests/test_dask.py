@@ -398,3 +398,23 @@ def test_info_command_lists_ranks_on_loopback():
     rows = [line.split() for line in proc.stdout.splitlines() if line[:1].isdigit()]
     assert [r[0] for r in rows] == ["0", "1"], proc.stdout
     assert all(r[3].startswith("tls://127.0.0.1:") for r in rows), proc.stdout
+
+
+def test_demo_lazy_run_warms_every_worker_first():
+    """The demo's lazy warm-up runs a block on each worker (a small run on all of them at once
+    joins its chunks into one block on one worker), and its timed run still has the bits of one
+    process (numpy's oscillator)."""
+    from eagle_dask import demo
+    from eagle_dask.ranks import scheduler_workers
+    n, steps = 6400, 3
+    with eagle_dask.local_cluster(n_workers=3) as client:
+        client.wait_for_workers(3, timeout=120)
+        client.run(task.clear_received)
+        got, _ = demo._lazy(client, eagle.deploy(demo.oscillator), n, steps, 3)
+        seen = client.run(task.received)
+        addresses = set(scheduler_workers(client))
+    warmed = {w for w, recs in seen.items()
+              if any(r[0] == "oscillator" and str(r[1]).startswith("block") and r[3] - r[2] == 64 for r in recs)}
+    assert warmed == addresses, (warmed, addresses)
+    want = K.oscillator_numpy(demo.planes(n, steps))
+    assert K.same_bits(got, want)
