@@ -30,7 +30,4 @@ MUTANTS = [
     {"name": "the demo's lazy warm-up on all workers at once", "path": "eagle_dask/demo.py",
      "old": "        once(64, 1, where=[address], seed=seed)", "new": "        once(64, 1, seed=seed)",
      "tests": ["tests/test_dask.py::test_demo_lazy_run_warms_every_worker_first"], "timeout": 300},
-    {"name": "the demo's warm-ups share their inputs", "path": "eagle_dask/demo.py",
-     "old": "        data = planes(n, steps, seed)", "new": "        data = planes(n, steps)",
-     "tests": ["tests/test_dask.py::test_demo_lazy_run_warms_every_worker_first"], "timeout": 300},
 ]
