@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .roles import OUTPUT_KINDS, dtype_problem
+from .truncation import warn_truncating_stores
 
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
 #: the dtype of outputs that cross processes (gathered from ranks or workers)
@@ -179,6 +180,7 @@ def bind(plugin, planes: dict, *, alloc=np.zeros, as_array=np.asarray, gathered=
         if role.kind == "Out" and name not in supplied:
             shape = (n,) if role.width is None else (n, role.width)
             values[name] = alloc(shape, dtype=role.out_dtype)
+    warn_truncating_stores(plugin, values)
     return Bound(n=n, values=values, outputs=outputs, supplied=supplied)
 
 
