@@ -70,3 +70,19 @@ def as_user(args, cwd, *, timeout=120, env=None, popen=False):
 def cancel_all():
     """Cancel every job of the job's user (a test's cleanup)."""
     subprocess.run([*_enter(), "scancel", "-u", str(UID)], capture_output=True, timeout=20)
+
+
+def wait_for_job(job: str, timeout: float) -> str:
+    """The final state of batch job ``job`` (COMPLETED, FAILED, ...), waiting at most ``timeout``
+    seconds (then the job is cancelled and its state then returned)."""
+    import time
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        out = subprocess.run([*_enter(), "scontrol", "show", "job", job], capture_output=True, text=True,
+                             timeout=20).stdout
+        state = next((w.split("=", 1)[1] for w in out.split() if w.startswith("JobState=")), "UNKNOWN")
+        if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "UNKNOWN"):
+            return state
+        time.sleep(1)
+    subprocess.run([*_enter(), "scancel", job], capture_output=True, timeout=20)
+    return "TIMEOUT (cancelled by the test)"

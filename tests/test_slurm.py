@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -49,3 +50,64 @@ def test_plain_srun_with_the_wheel_is_refused_by_name():
     out = proc.stdout + proc.stderr
     assert "rank 0 of 1" not in out, "two silent copies of the work"
     assert out.count("one of the 2 tasks srun started") == 2 and "srun --mpi=pmi2" in out, out[-3000:]
+
+
+# -- the batch recipe of docs/laptop_to_cluster.md, copied from the page ---------------------------
+#: what the test changes in the page's script for this one-node, two-core SLURM (a scheduler and
+#: one worker, a core each): each must match once
+ONE_NODE = [
+    ("#SBATCH --nodes=5                   # 1 scheduler + 4 workers", "#SBATCH --nodes=1"),
+    ("#SBATCH --ntasks-per-node=1", "#SBATCH --ntasks-per-node=2"),
+    ("#SBATCH --cpus-per-task=32", "#SBATCH --cpus-per-task=1"),
+    ("#SBATCH --time=01:00:00", "#SBATCH --time=00:05:00"),
+    ("--ntasks=5", "--ntasks=2"),
+    ("--interface ib0", "--interface lo"),
+]
+
+MY_RUN = '''
+import sys, hashlib, numpy as np, eagle, eagle.exec as eexec, eagle_dask
+from eagle import plan as eplan
+from eagle.models import oscillator
+
+n = 20_001
+rng = np.random.default_rng(5)
+planes = lambda: dict(omega=rng.uniform(0.5, 2.0, n), dt=1e-3, steps=100, x=np.ones(n), v=np.zeros(n))
+d = planes()
+client = eagle_dask.connect(sys.argv[1])
+print("workers:", len(client.scheduler_info()["workers"]), flush=True)
+p = eplan.plan(eagle.deploy(oscillator), structure=eagle_dask.DaskPartition)
+got = p.run(**{k: (v.copy() if hasattr(v, "copy") else v) for k, v in d.items()})
+one = eplan.plan(eagle.deploy(oscillator), structure=eexec.HostTeam).run(**d)
+same = all(np.asarray(got[k]).tobytes() == np.asarray(one[k]).tobytes() for k in ("x", "v", "energy"))
+print("identical:", "yes" if same else "no", flush=True)
+client.shutdown()
+'''
+
+
+def page_script():
+    """The bash block of section 2 of docs/laptop_to_cluster.md."""
+    text = open(os.path.join(ROOT, "docs", "laptop_to_cluster.md")).read()
+    section = text.split("## 2. One batch job")[1].split("## 3.")[0]
+    return section.split("```bash\n")[1].split("```")[0]
+
+
+def test_the_batch_recipe_of_the_page_runs_with_the_bits_of_one_process():
+    script = page_script()
+    for old, new in ONE_NODE:
+        assert script.count(old) == 1, f"the page's recipe changed: {old!r} is not in it once"
+        script = script.replace(old, new)
+    d = slurm.job_dir()
+    for name, text in (("job.sh", script), ("my_run.py", MY_RUN)):
+        path = os.path.join(d, name)
+        with open(path, "w") as f:
+            f.write(text)
+        os.chown(path, slurm.UID, slurm.UID)
+    sub = slurm.as_user(["sbatch", "--parsable", "--output=job.out", "job.sh"], d, timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+    state = slurm.wait_for_job(job, timeout=240)
+    out = open(os.path.join(d, "job.out")).read()
+    assert state == "COMPLETED", (state, out[-4000:])
+    assert "workers: 1" in out and "identical: yes" in out, out[-4000:]
+    assert not os.path.exists(os.path.join(d, f"eagle-{job}.json")), "the scheduler file outlived the cluster"
+
