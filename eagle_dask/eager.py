@@ -199,7 +199,9 @@ class EagerRun:
             [self.whole_f] = self.client.scatter({key: self.whole}, broadcast=True, hash=False,
                                                  timeout=self.structure.timeout).values()
 
-    def _submit(self, b, address):
+    def _submit(self, b, address, loose=True):
+        """Submit block ``b`` pinned to ``address``; ``loose``: the scheduler may run it elsewhere
+        (not for a block taken from a silent worker, which the scheduler takes for an idle one)."""
         p = b.part
         sliced, whole_f, fresh, shared = _transport(self, b, address)
         key = keys.block_key(self.name, self.tag, b.rank, b.attempts)
@@ -207,14 +209,14 @@ class EagerRun:
         b.future = self.client.submit(self.task, self.ref, self.plan.inner, b.rank, p.base, p.stop, self.bound.n,
                                       sliced, whole_f, {**self.params, **self.table_f}, fresh, self.device,
                                       shared, key=key,
-                                      workers=[address], allow_other_workers=True, pure=False)
+                                      workers=[address], allow_other_workers=loose, pure=False)
 
     # -- supervising -----------------------------------------------------------------------
     def _supervise(self):
         from distributed import wait
         from distributed import TimeoutError as DaskTimeout
         pending = {b.future: b for b in self.blocks}
-        watch = StuckWatch(self)
+        watch, silence = StuckWatch(self), StallWatch(self)
         while pending:
             try:
                 wait(list(pending), timeout=POLL, return_when="FIRST_COMPLETED")
@@ -228,9 +230,11 @@ class EagerRun:
                 pending.update({b.future: b for b in [*self._resubmitted, *again]})
             else:
                 stuck, live = watch.stuck(list(pending.values()))
-                for b in stuck:
+                stalled, others = silence.stalled(list(pending.values()))
+                again = [(b, live, True) for b in stuck] + [(b, others, False) for b in stalled if b not in stuck]
+                for b, to, loose in again:
                     del pending[b.future]
-                    self._again(b, live)
+                    self._again(b, to, loose)
                     pending[b.future] = b
 
     def _collect(self, blocks):
@@ -314,7 +318,7 @@ class EagerRun:
                                f"worker that ran it ({exc}); it was given up") from None
         raise exc
 
-    def _again(self, b, live=None):
+    def _again(self, b, live=None, loose=True):
         """Resubmit ``b`` to its rank's worker now (by name; else a worker by position)."""
         b.attempts += 1
         if b.attempts > RESUBMITS:
@@ -330,7 +334,7 @@ class EagerRun:
         old.release()
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
-            self._submit(b, target.address)
+            self._submit(b, target.address, loose)
 
     def _live(self):
         """Every worker of the cluster now (waiting, at most ``timeout`` seconds, for one)."""
@@ -409,6 +413,53 @@ class StuckWatch:
                 f"DaskPartition: every worker left the cluster and none came back within "
                 f"{timeout:g} s; the blocks of rank(s) {run.left()} of kernel {run.name!r} "
                 "were not computed and the output planes are incomplete")
+        return [], None
+
+
+class StallWatch:
+    """The blocks of ``run`` whose worker the scheduler has not heard from (no heartbeat) for the
+    structure's ``stall_timeout``: a hung host (its processes stopped) or one gone silent on the
+    network.  They are rerun on the workers still heard from; distributed itself would wait for its
+    ``worker-ttl`` (5 minutes by default) or a TCP timeout.  A worker's silence is measured on the
+    driver's clock, from when its last heartbeat time stopped changing."""
+
+    def __init__(self, run):
+        self.run = run
+        self.heard = {}                 # address -> (its last heartbeat, when the driver saw it change)
+        self.alone_since = None         # when every worker was last seen silent
+
+    def stalled(self, blocks):
+        """(blocks whose worker is silent, the ranks of the workers still heard from); raises
+        ``TimeoutError`` once every worker has been silent for ``stall_timeout`` more seconds."""
+        run = self.run
+        client, bound = run.client, run.structure.stall_timeout
+        if client.status != "running":
+            return [], None
+        now = time.monotonic()
+        workers = client.sync(client.scheduler.identity, n_workers=-1).get("workers", {})
+        silent = set()
+        for address, info in workers.items():
+            last = info.get("last_seen")
+            seen = self.heard.get(address)
+            if seen is None or seen[0] != last:
+                self.heard[address] = (last, now)
+            elif now - seen[1] > bound:
+                silent.add(address)
+        waiting = [b for b in blocks if b.address in silent]
+        if not waiting:
+            self.alone_since = None
+            return [], None
+        others = [r for r in worker_ranks(client) if r.address not in silent]
+        if others:
+            self.alone_since = None
+            return waiting, others
+        if self.alone_since is None:
+            self.alone_since = now
+        elif now - self.alone_since > bound:
+            raise TimeoutError(
+                f"DaskPartition: the workers {sorted(silent)} running kernel {run.name!r} sent no heartbeat for "
+                f"{bound:g} s (stall_timeout) and no other worker could take the blocks of rank(s) {run.left()}; "
+                "the output planes are incomplete")
         return [], None
 
 

@@ -34,6 +34,9 @@ from .ranks import worker_ranks
 
 #: seconds a run waits with no worker at all before it gives up
 DEFAULT_TIMEOUT = 60.0
+#: seconds a worker running a block may go unheard (no heartbeat reaches the scheduler) before its
+#: blocks are rerun on other workers (``DaskPartition.on(stall_timeout=...)``)
+DEFAULT_STALL = 15.0
 
 
 class _DaskPartition(Structure):
@@ -52,9 +55,11 @@ class _DaskPartition(Structure):
     workers = None
     progress = None
     timeout = DEFAULT_TIMEOUT
+    stall_timeout = DEFAULT_STALL
     min_block = None
 
-    def on(self, client=None, *, workers=None, progress=None, timeout=DEFAULT_TIMEOUT, min_block=None):
+    def on(self, client=None, *, workers=None, progress=None, timeout=DEFAULT_TIMEOUT, min_block=None,
+           stall_timeout=DEFAULT_STALL):
         """This structure bound to ``client``.
 
         ``workers``: addresses or names of the workers to use as ranks (default all).
@@ -63,12 +68,15 @@ class _DaskPartition(Structure):
         raises ``TimeoutError`` instead of waiting for one (a finite number > 0).
         ``min_block``: the samples a lazy run's block holds at least, neighbouring chunks joined
         (default ``eagle_dask.arrays.MIN_BLOCK``; 1 keeps the chunks' own boundaries).
+        ``stall_timeout``: seconds a numpy-mode block's worker may go unheard by the scheduler (a
+        hung or silent host) before the block is rerun on another worker, with the same bits.
         """
         bound = _BoundDaskPartition()
         bound.client = _check_client(client)
         bound.workers = _check_workers(workers)
         bound.progress = _check_progress(progress)
         bound.timeout = _check_timeout(timeout)
+        bound.stall_timeout = _check_timeout(stall_timeout, "stall_timeout")
         bound.min_block = _check_min_block(min_block)
         return bound
 
@@ -183,14 +191,17 @@ def _check_min_block(min_block):
     return int(min_block)
 
 
-def _check_timeout(timeout):
-    what = ("timeout is the seconds a run waits while the cluster has no worker before it raises "
-            "TimeoutError: a finite number > 0")
+_SECONDS = {"timeout": "the seconds a run waits while the cluster has no worker before it raises TimeoutError",
+            "stall_timeout": "the seconds a block's worker may go unheard before the block is rerun elsewhere"}
+
+
+def _check_timeout(timeout, name="timeout"):
+    what = f"{name} is {_SECONDS[name]}: a finite number > 0"
     if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, (int, float, np.integer, np.floating)):
-        raise TypeError(f"DaskPartition.on(timeout={timeout!r}): {what}, not a {type(timeout).__name__}")
+        raise TypeError(f"DaskPartition.on({name}={timeout!r}): {what}, not a {type(timeout).__name__}")
     value = float(timeout)
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"DaskPartition.on(timeout={timeout!r}): {what}")
+        raise ValueError(f"DaskPartition.on({name}={timeout!r}): {what}")
     return value
 
 

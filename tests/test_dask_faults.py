@@ -282,3 +282,51 @@ def test_on_takes_what_it_says():
     assert DaskPartition.on(workers=np.int64(0)).workers == [0]
     with pytest.raises(TypeError, match=r"client='tcp://127.0.0.1:1'\): client is a distributed.Client"):
         DaskPartition.on("tcp://127.0.0.1:1")
+
+
+#: seconds a hung worker is given in the stall test (the default is 15)
+STALL = 3.0
+
+
+@pytest.mark.parametrize("transport", ["shared memory", "messages"])
+def test_a_hung_worker_is_given_up_after_stall_timeout_with_the_same_bits(transport, monkeypatch):
+    """One worker process stopped with SIGSTOP mid-block, as on a hung host: no heartbeat
+    reaches the scheduler, which would wait for its worker-ttl (minutes).  The block is rerun on
+    the other worker after ``stall_timeout``: the bits of one process, well before the worker is
+    let go on."""
+    import psutil
+    if transport == "messages":
+        monkeypatch.setenv("EAGLE_DASK_SHM", "0")
+    plugin = eagle.deploy(oscillator)
+    make = CASES["sliced"][1]
+    ref = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**make()))
+    stopped = []
+    with eagle_dask.local_cluster(n_workers=2) as client:
+        try:
+            client.wait_for_workers(2, timeout=120)
+            p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False, stall_timeout=STALL))
+            p.run(**oscillators(64, 1))                                   # compile on both workers
+            th, box = run_in_thread(p, make())
+            wait_processing(client, 2)
+            address = sorted(a for a, keys in processing(client).items() if keys)[0]
+            # the worker only: its nanny lives in this process (local_cluster)
+            stopped = [psutil.Process(client.run(os.getpid, workers=[address])[address])]
+            assert stopped[0].pid != os.getpid()
+            for proc in stopped:
+                proc.send_signal(signal.SIGSTOP)
+            assert th.is_alive(), "the run ended before the worker was stopped: its blocks are too short"
+            th.join(60)
+            assert not th.is_alive(), "the run waited for the hung worker"
+        finally:
+            for proc in stopped:
+                proc.send_signal(signal.SIGCONT)
+    assert "error" not in box, repr(box.get("error"))
+    assert K.same_bits(ref, K.as_dict(plugin, box["out"]))
+    assert box["seconds"] < STALL + 25, box["seconds"]
+
+
+def test_stall_timeout_is_checked():
+    for bad, err in ((0, ValueError), (-1.0, ValueError), (float("inf"), ValueError), ("15", TypeError),
+                     (True, TypeError)):
+        with pytest.raises(err, match=r"stall_timeout=.*unheard"):
+            DaskPartition.on(progress=False, stall_timeout=bad)

@@ -44,4 +44,13 @@ MUTANTS = [
     {"name": "truncation: warned at every run", "path": "eagle/truncation.py",
      "old": "        if key in _WARNED:\n            return\n", "new": "",
      "tests": ["tests/test_truncation.py"], "timeout": 300},
+    {"name": "a silent worker's blocks never rerun", "path": "eagle_dask/eager.py",
+     "old": "            elif now - seen[1] > bound:\n                silent.add(address)",
+     "new": "            elif False:\n                silent.add(address)",
+     "tests": ["tests/test_dask_faults.py::test_a_hung_worker_is_given_up_after_stall_timeout_with_the_same_bits"],
+     "timeout": 400},
+    {"name": "a block taken from a silent worker pinned loosely", "path": "eagle_dask/eager.py",
+     "old": "[(b, others, False) for b in stalled", "new": "[(b, others, True) for b in stalled",
+     "tests": ["tests/test_dask_faults.py::test_a_hung_worker_is_given_up_after_stall_timeout_with_the_same_bits"],
+     "timeout": 400},
 ]
