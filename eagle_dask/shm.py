@@ -267,7 +267,7 @@ class SharedPlanes:
             for seg in (seg_in, seg_out):
                 if seg is not None and seg not in maps:
                     maps[seg] = open_segment(seg, dtype, shape)
-        block = MappedBlock(start, stop, {cell: open_segment(seg, np.float64, (total, 2))
+        block = MappedBlock(start, stop, {cell: (seg, open_segment(seg, np.float64, (total, 2)))
                                           for cell, (seg, total) in self.rows.items()})
         for name, (seg_in, seg_out, _, _, is_sliced, fresh) in self.planes.items():
             src = maps[seg_in] if seg_in is not None else None
@@ -285,7 +285,8 @@ class SharedPlanes:
 
 class MappedBlock:
     """One block's segments, mapped when it started and kept until it returns: ``sliced`` and
-    ``whole`` inputs, outputs written ``in_place``, and the cells' rows (``write_rows``)."""
+    ``whole`` inputs, outputs written ``in_place``, and the cells' rows (``rows[cell] = (segment,
+    its mapping)``, written by ``write_rows``)."""
 
     __slots__ = ("start", "stop", "sliced", "whole", "in_place", "rows")
 
@@ -297,12 +298,12 @@ class MappedBlock:
         """The row partials of the block's samples into the cells' segments, through the mappings."""
         start, stop = self.start, self.stop
         r0, r1 = row_span(start, stop)
-        for cell, view in self.rows.items():
+        for cell, (seg, view) in self.rows.items():
             got = np.asarray(rows[cell])
             if got.shape != (r1 - r0, 2):
                 raise RuntimeError(f"cell {cell!r}: samples [{start}, {stop}) gave row partials of shape "
                                    f"{got.shape}, not ({r1 - r0}, 2)")
-            view[r0:r1] = got
+            view[r0:r1] = got                   # never ``seg`` opened by name again
 
 
 class SharedRun:

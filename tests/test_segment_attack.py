@@ -214,7 +214,7 @@ def test_a_running_block_writes_only_into_its_own_mappings(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind, words", [("file", r"is owned by uid 65534, not by uid 0 that made it"),
-                                         ("symlink", r"is a symbolic link")])
+                                         ("symlink", r"is a symbolic link")], ids=["file", "symlink"])
 def test_a_block_starting_later_is_refused_by_name(tmp_path, kind, words):
     """A block that starts once the names are the attacker's: refused, saying what it found,
     and nothing written to the attacker's file or through the link."""
@@ -305,3 +305,22 @@ def test_a_failed_run_under_attack_then_the_next_run(tmp_path):
                 sweep()
             assert same_bits(got, want), f"{kind}: the run after the attack is not the bits of one process"
             assert victims() == [], f"{kind}: segments left"
+
+
+@pytest.mark.parametrize("change, words", [(lambda path: os.chmod(path, 0o644), r"has mode 0644, not 0600"),
+                                           (lambda path: os.truncate(path, 8), r"holds 8 bytes, not 800")],
+                         ids=["mode", "size"])
+def test_a_segment_changed_under_its_name_is_refused(change, words):
+    """The driver's own segment made readable by others, or cut short (mapping it whole would end
+    in SIGBUS): a block opening it is refused, saying what changed."""
+    plugin = eagle.deploy(spin)
+    x = np.linspace(0.0, 1.0, 100)
+    d = Driver(x)
+    try:
+        change(os.path.join(shm.SHM_DIR, d.x_id.name))
+        with pytest.raises(shm.ForeignSegment, match=words):
+            block(plugin, x, 10, d.shared)
+        assert not d.y.any(), "the refused block wrote its outputs"
+    finally:
+        d.segments.close()
+    assert victims() == []
