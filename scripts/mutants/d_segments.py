@@ -37,3 +37,33 @@ MUTANTS = [
      "tests": [T + "test_a_running_block_writes_only_into_its_own_mappings[file]",
                T + "test_a_running_block_writes_only_into_its_own_mappings[symlink]"], "timeout": 300},
 ]
+
+C = "tests/test_cancel_watch.py::"
+
+# Left out, argued equivalent: "cancel: a fired but undelivered Abandoned not cleared on leaving"
+# (``_raise_in(ident, None)`` in ``watching.__exit__`` replaced by ``pass``).  The watcher sets
+# the exception while it holds ``_LOCK``; ``__exit__`` takes that lock and then calls
+# ``_WATCHED.get`` and ``_raise_in`` (Python calls: CPython checks for a pending asynchronous
+# exception at each) before the clear runs, so the exception is always delivered inside
+# ``__exit__`` first and the clear never finds one pending: with or without it, one
+# ``Abandoned`` leaves ``__exit__`` and nothing lands later (test_abandoned_delivered_while_
+# leaving_is_raised_once passes both ways).  What that delivery used to break -- the slot left
+# behind, the watcher never ending -- is fixed (``_fire`` frees the slot) and its mutant is below.
+
+MUTANTS += [
+    {"name": "cancel: the watcher thread ends without clearing its slot (later pieces never watched)",
+     "path": "eagle_dask/cancel.py",
+     "old": "                _WATCHER = None\n                return",
+     "new": "                return",
+     "tests": [C + "test_a_piece_after_the_watcher_ended_is_still_stopped"], "timeout": 300},
+    {"name": "cancel: a fired piece's slot kept until the piece leaves (left behind when delivered in the exit)",
+     "path": "eagle_dask/cancel.py",
+     "old": "        del _WATCHED[ident]\n        _raise_in(ident, Abandoned)",
+     "new": "        _raise_in(ident, Abandoned)",
+     "tests": [C + "test_abandoned_delivered_while_leaving_is_raised_once"], "timeout": 300},
+    {"name": "host: a thread stays marked waiting for its team after its wait returns",
+     "path": "eagle/host.py",
+     "old": "        _WAITING.discard(me)",
+     "new": "        pass",
+     "tests": [C + "test_not_waiting_for_the_team_once_the_wait_returned"], "timeout": 300},
+]
