@@ -67,3 +67,18 @@ MUTANTS += [
      "new": "        pass",
      "tests": [C + "test_not_waiting_for_the_team_once_the_wait_returned"], "timeout": 300},
 ]
+
+X = "tests/test_xarray.py::"
+
+MUTANTS += [
+    {"name": "xarray_io: a coordinate carried only by a later plane dropped from the outputs",
+     "path": "eagle/xarray_io.py",
+     "old": "        elif labels.coord is None:\n            labels.coord = coord\n",
+     "new": "",
+     "tests": [X + "test_a_coordinate_carried_only_by_a_later_plane_reaches_the_outputs"], "timeout": 300},
+    {"name": "xarray_io: a transposed plane not told to put its samples first",
+     "path": "eagle/xarray_io.py",
+     "old": "        _transposed(k, name, v, sample)\n",
+     "new": "",
+     "tests": [X + "test_a_transposed_plane_is_told_to_put_its_samples_first"], "timeout": 300},
+]
