@@ -311,8 +311,8 @@ def test_a_failed_run_under_attack_then_the_next_run(tmp_path):
                                            (lambda path: os.truncate(path, 8), r"holds 8 bytes, not 800")],
                          ids=["mode", "size"])
 def test_a_segment_changed_under_its_name_is_refused(change, words):
-    """The driver's own segment made readable by others, or cut short (mapping it whole would end
-    in SIGBUS): a block opening it is refused, saying what changed."""
+    """The driver's own segment made readable by others, or cut short: a block opening it is
+    refused by name, saying what changed (not mmap's bare "length is greater than file size")."""
     plugin = eagle.deploy(spin)
     x = np.linspace(0.0, 1.0, 100)
     d = Driver(x)

@@ -24,7 +24,7 @@ MUTANTS = [
      "old": "    if stat.S_IMODE(st.st_mode) != 0o600:",
      "new": "    if False:",
      "tests": [T + "test_a_segment_changed_under_its_name_is_refused[mode]"], "timeout": 300},
-    {"name": "shm: a segment's size not checked (the mapping runs past the file)",
+    {"name": "shm: a segment's size not checked (mmap's bare ValueError instead)",
      "path": "eagle_dask/shm.py",
      "old": "    if st.st_size != seg.size:",
      "new": "    if False:",
