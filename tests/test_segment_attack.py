@@ -177,7 +177,7 @@ def test_a_running_block_writes_only_into_its_own_mappings(tmp_path, kind):
     none reaches the attacker's files or the victim's file behind a link."""
     plugin = eagle.deploy(spin)
     x = np.linspace(0.0, 1.0, 256)
-    steps = 4_000_000
+    steps = 8_000_000
     want = reference(plugin, x, steps)          # compiled here first: the block's time is its own
     d = Driver(x)
     sizes = {s.name: s.size for s in d.ids()}
