@@ -42,13 +42,31 @@ def _same_coord(a, b) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(np.asarray(a), np.asarray(b)))
 
 
+def _sample_dim(plugin, planes, xr):
+    """The samples' dimension for sure: that of the first 1-d DataArray plane (None without one)."""
+    for name, v in planes.items():
+        role = plugin.roles.get(name)
+        if isinstance(v, xr.DataArray) and role is not None and role.kind in ("In", *OUTPUT_KINDS) and v.ndim == 1:
+            return v.dims[0]
+    return None
+
+
+def _transposed(k, name, v, sample):
+    """A 2-d plane whose samples are its second dimension: refused, saying to put them first."""
+    if sample is not None and v.ndim == 2 and v.dims[1] == sample and v.dims[0] != sample:
+        raise ValueError(f"plane {name!r} of kernel {k!r} has its samples {sample!r} as its second dimension "
+                         f"(dims {v.dims}): a plane's samples come first; pass {name}.transpose({sample!r}, ...)")
+
+
 def _check_plane(k, name, role, v):
     """A DataArray plane's own rules: chunked along samples only; an output holds writable data."""
     chunks = getattr(v, "chunks", None)
     if chunks is not None and v.ndim == 2 and len(chunks[1]) > 1:
-        raise ValueError(f"plane {name!r} of kernel {k!r} is a DataArray chunked along {v.dims[1]!r} "
-                         f"(chunks {chunks[1]}): a plane is cut along samples only; rechunk it with "
-                         f"{name}.chunk({{{v.dims[1]!r}: -1}})")
+        second = v.dims[1]
+        raise ValueError(f"plane {name!r} of kernel {k!r} is a DataArray chunked along {second!r} (chunks "
+                         f"{chunks[1]}), its second dimension: a plane's samples come first and are the only one "
+                         f"cut. If {second!r} is the samples, pass {name}.transpose({second!r}, ...); if not, "
+                         f"{name}.chunk({{{second!r}: -1}})")
     if role.kind in OUTPUT_KINDS and chunks is None:
         data = v.data
         if not (isinstance(data, np.ndarray) and data.flags["WRITEABLE"]):
@@ -65,6 +83,7 @@ def unwrap(plugin, planes: dict):
     if xr is None or not any(isinstance(v, xr.DataArray) for v in planes.values()):
         return planes, None
     k, out, first, labels = plugin.name, dict(planes), None, None
+    sample = _sample_dim(plugin, planes, xr)
     for name, v in planes.items():
         if not isinstance(v, xr.DataArray):
             continue
@@ -74,6 +93,7 @@ def unwrap(plugin, planes: dict):
             continue                                   # a Param's 0-d value, a Table, or refused by bind
         if v.ndim not in (1, 2):
             continue                                   # refused by bind, by name
+        _transposed(k, name, v, sample)
         _check_plane(k, name, role, v)
         dim, coord = v.dims[0], _coord(v, v.dims[0])
         if labels is None:

@@ -16,8 +16,11 @@ The host engine treats it as it treats Ctrl-C (``eagle.host``: every tile is tol
 next sample, the team is waited for, the exception goes on), so the worker's threads are free
 within about ``POLL`` plus the engine's own wait poll (0.25 s).
 
-The exception is raised at most once per piece, and only while the piece runs: leaving
-``watching`` clears one that was raised but not yet delivered, and raises it there instead.
+The exception is raised at most once per piece, and only while the piece runs: the watcher
+frees the piece's slot as it raises (``_fire``), and leaving ``watching`` clears one that was
+raised but not yet delivered, and raises it there instead.  A raised exception is delivered at the
+thread's next bytecode check, which may fall inside ``watching``'s own exit: the slot is free
+already, so the watcher still ends once no piece is watched, and a later piece starts it again.
 """
 from __future__ import annotations
 
@@ -57,7 +60,7 @@ def _watch_loop():
             if not _WATCHED:
                 _WATCHER = None
                 return
-            watched = [(ident, w) for ident, w in _WATCHED.items() if not w.fired]
+            watched = list(_WATCHED.items())
         for ident, w in watched:
             try:
                 gone = not w.wanted()
@@ -65,10 +68,17 @@ def _watch_loop():
                 gone = False
             if gone and waiting_for_team(ident):        # never while it loads or compiles
                 with _LOCK:
-                    if _WATCHED.get(ident) is w and not w.fired:
-                        w.fired = True
-                        _raise_in(ident, Abandoned)
+                    _fire(ident, w)
         threading.Event().wait(POLL)
+
+
+def _fire(ident, w):
+    """``Abandoned`` raised once in thread ``ident`` for its watch ``w``, whose slot is freed at
+    once (the caller holds ``_LOCK``)."""
+    if _WATCHED.get(ident) is w and not w.fired:
+        w.fired = True
+        del _WATCHED[ident]
+        _raise_in(ident, Abandoned)
 
 
 class watching:

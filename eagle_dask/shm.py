@@ -11,13 +11,21 @@ plane through POSIX shared memory instead of the task's messages:
   values in an input segment, the worker copies its share into the output segment and runs
   there, and the driver copies the shares back into the caller's plane once -- so a block run
   again (its worker died) starts from the initial values, with the same bits;
-* a task carries only a ``SharedPlanes``: the driver's host id and, per plane, the segment
-  names, dtypes and shapes; the worker maps the segments, reads in place and writes its output
-  share directly into the driver's segment;
+* a task carries only a ``SharedPlanes``: the driver's host id and, per plane, the segments
+  (``SegmentId``: name, device and inode, size and owner, as the driver made them), dtypes and
+  shapes; the worker maps the segments, reads in place and writes its output share directly
+  into the driver's segment;
 * a cell's row partials go the same way: one segment per cell holds the run's rows (``ROW``
   samples each), a block writes its rows there before it returns, and the driver reads them
   once the block's task has finished -- so a block on the driver's host is never fetched from
   its worker (a round trip per block).
+
+A block maps every segment it needs when it starts (``SharedPlanes.open``, all of them before
+it writes a byte) and keeps those mappings until it returns: it never opens a name again.  An
+open by name is ``O_NOFOLLOW`` and checked with ``fstat`` against what the driver recorded --
+a regular file, the driver's owner, mode 0600, the size, the device and inode -- so a name
+unlinked at the end of a run and made again by someone else (a file, a link) is refused
+(``ForeignSegment``) and nothing is read or written through it.
 
 Whether a worker is on the driver's host is decided by ``host_id`` -- the host name together
 with the machine id and the boot id, never an address -- asked once per worker and client
@@ -29,15 +37,20 @@ block again through the messages.
 Segments are the driver's: ``Segments.close`` unlinks them when the run ends (returned,
 raised, interrupted), and every segment this process still has is unlinked at interpreter
 exit.  An unlinked segment stays mapped where it is mapped (a worker still running, the
-driver's result) and its memory is freed with the last mapping.
+driver's result) and its memory is freed with the last mapping.  A failed run unlinks while
+its cancelled blocks may still run: those write only into their own mappings, and a block
+that starts later fails closed (the name is gone: ``Elsewhere``; something else under it:
+``ForeignSegment``).
 """
 from __future__ import annotations
 
 import atexit
 import collections
 import mmap
+import errno
 import os
 import socket
+import stat
 import threading
 import uuid
 import weakref
@@ -101,17 +114,27 @@ def host_id() -> str:
 
 
 # -- segments ----------------------------------------------------------------------------------
+#: a segment as the driver made it: what a worker checks an open by name against
+SegmentId = collections.namedtuple("SegmentId", ["name", "dev", "ino", "size", "uid"])
+
+
+class ForeignSegment(RuntimeError):
+    """A segment's name leads to something else than the segment the driver made."""
+
+
 def _create(nbytes: int):
-    """A new segment of ``nbytes`` (at least 1), mode 0600, its pages reserved; (name, mmap)."""
+    """A new segment of ``nbytes`` (at least 1), mode 0600, its pages reserved; (SegmentId, mmap)."""
     name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:16]}"
     path = os.path.join(SHM_DIR, name)
     size = max(int(nbytes), 1)
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with _LOCK:
         _LIVE.add(path)
     try:
+        os.fchmod(fd, 0o600)                    # whatever the umask
         os.posix_fallocate(fd, 0, size)
-        return name, mmap.mmap(fd, size)
+        st = os.fstat(fd)
+        return SegmentId(name, st.st_dev, st.st_ino, size, st.st_uid), mmap.mmap(fd, size)
     except BaseException:
         _unlink(path)
         raise
@@ -133,20 +156,55 @@ def _view(buf, dtype, shape):
     return np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
 
 
-def open_segment(name, dtype, shape):
-    """A worker's writable view of segment ``name`` (raises ``Elsewhere`` when it is not here)."""
-    path = os.path.join(SHM_DIR, name)
+def _mismatch(st, seg):
+    """Why the file ``st`` (an ``fstat``) is not segment ``seg``, or None when it is."""
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_uid != seg.uid:
+        return f"is owned by uid {st.st_uid}, not by uid {seg.uid} that made it"
+    if stat.S_IMODE(st.st_mode) != 0o600:
+        return f"has mode {stat.S_IMODE(st.st_mode):04o}, not 0600"
+    if st.st_size != seg.size:
+        return f"holds {st.st_size} bytes, not {seg.size}"
+    if (st.st_dev, st.st_ino) != (seg.dev, seg.ino):
+        return "is another file than the segment its driver made (another inode)"
+    return None
+
+
+def _refused(path, why):
+    return ForeignSegment(f"shared memory segment {path} {why}: refused, nothing read or written through it. Its run "
+                          "ended and the name was made again (by another local user?); run again, or set "
+                          "EAGLE_DASK_SHM=0 on the driver")
+
+
+def _map(seg):
+    """The mmap of segment ``seg``, opened by name once and checked (see the module docstring)."""
+    path = os.path.join(SHM_DIR, seg.name)
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise Elsewhere(f"shared memory segment {path} is not on this worker's host (or its run ended); "
                         "set EAGLE_DASK_SHM=0 on the driver if the host ids of two machines agree") from None
-    OPENED.append(name)
+    except OSError as e:
+        raise _refused(path, "is a symbolic link" if e.errno == errno.ELOOP else f"cannot be opened ({e.strerror})") \
+            from None
     try:
-        size = max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, 1)
-        return _view(mmap.mmap(fd, size), dtype, shape)
+        why = _mismatch(os.fstat(fd), seg)
+        if why is not None:
+            raise _refused(path, why)
+        OPENED.append(seg.name)
+        return mmap.mmap(fd, seg.size)
     finally:
         os.close(fd)
+
+
+def open_segment(seg, dtype, shape):
+    """A worker's writable view of segment ``seg`` (a ``SegmentId``): raises ``Elsewhere`` when it
+    is not on this host, ``ForeignSegment`` when its name leads to another file."""
+    if int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize > seg.size:
+        raise ValueError(f"a plane of shape {tuple(shape)} and dtype {np.dtype(dtype)} does not fit "
+                         f"segment {seg.name} ({seg.size} bytes)")
+    return _view(_map(seg), dtype, shape)
 
 
 class Segments:
@@ -157,14 +215,14 @@ class Segments:
 
     def new(self, like_shape, dtype, data=None):
         """A segment holding a plane of ``like_shape`` and ``dtype`` (a copy of ``data`` when given);
-        returns (name, the driver's view)."""
+        returns (its ``SegmentId``, the driver's view)."""
         dtype = np.dtype(dtype)
-        name, buf = _create(int(np.prod(like_shape, dtype=np.int64)) * dtype.itemsize)
-        self.paths.append(os.path.join(SHM_DIR, name))
+        seg, buf = _create(int(np.prod(like_shape, dtype=np.int64)) * dtype.itemsize)
+        self.paths.append(os.path.join(SHM_DIR, seg.name))
         view = _view(buf, dtype, tuple(like_shape))
         if data is not None:
             np.copyto(view, data)
-        return name, view
+        return seg, view
 
     def close(self):
         for path in self.paths:
@@ -183,8 +241,8 @@ def _unlink_all():
 # -- what a task carries -----------------------------------------------------------------------
 class SharedPlanes:
     """A block's planes as segments: ``planes[name] = (input segment or None, output segment or
-    None, dtype, shape, sliced, fresh)``, and ``rows[cell] = (segment, rows of the run)``; plain
-    data, a few hundred bytes."""
+    None, dtype, shape, sliced, fresh)``, and ``rows[cell] = (segment, rows of the run)``, each
+    segment a ``SegmentId``; plain data, a few hundred bytes."""
 
     __slots__ = ("host", "planes", "rows")
 
@@ -197,35 +255,55 @@ class SharedPlanes:
     def __setstate__(self, state):
         self.host, self.planes, self.rows = state
 
-    def write_rows(self, start, stop, rows):
-        """On the worker: the row partials of samples ``[start, stop)`` into the cells' segments."""
-        r0, r1 = row_span(start, stop)
-        for cell, (name, total) in self.rows.items():
-            got = np.asarray(rows[cell])
-            if got.shape != (r1 - r0, 2):
-                raise RuntimeError(f"cell {cell!r}: samples [{start}, {stop}) gave row partials of shape "
-                                   f"{got.shape}, not ({r1 - r0}, 2)")
-            open_segment(name, np.float64, (total, 2))[r0:r1] = got
-
     def open(self, start, stop):
-        """On the worker: (sliced inputs, whole inputs, planes written in place), the outputs'
-        shares set to their initial values first (see the module docstring)."""
+        """On the worker: the block of samples ``[start, stop)`` with every segment mapped (a
+        ``MappedBlock``), the outputs' shares set to their initial values (see the module
+        docstring).  Nothing is written before every segment is mapped and checked."""
         if host_id() != self.host:
             raise Elsewhere("this block's planes are in shared memory on the driver's host, and this worker "
                             "runs on another one")
-        sliced, whole, in_place = {}, {}, {}
-        for name, (seg_in, seg_out, dtype, shape, is_sliced, fresh) in self.planes.items():
-            src = open_segment(seg_in, dtype, shape) if seg_in is not None else None
+        maps = {}
+        for seg_in, seg_out, dtype, shape, _, _ in self.planes.values():
+            for seg in (seg_in, seg_out):
+                if seg is not None and seg not in maps:
+                    maps[seg] = open_segment(seg, dtype, shape)
+        block = MappedBlock(start, stop, {cell: (seg, open_segment(seg, np.float64, (total, 2)))
+                                          for cell, (seg, total) in self.rows.items()})
+        for name, (seg_in, seg_out, _, _, is_sliced, fresh) in self.planes.items():
+            src = maps[seg_in] if seg_in is not None else None
             if seg_out is None:
-                (sliced if is_sliced else whole)[name] = src[start:stop] if is_sliced else src
+                (block.sliced if is_sliced else block.whole)[name] = src[start:stop] if is_sliced else src
                 continue
-            out = open_segment(seg_out, dtype, shape)
+            out = maps[seg_out]
             if fresh:
                 out[start:stop] = 0
             else:
                 out[start:stop] = src[start:stop]
-            in_place[name] = out[start:stop] if is_sliced else out
-        return sliced, whole, in_place
+            block.in_place[name] = out[start:stop] if is_sliced else out
+        return block
+
+
+class MappedBlock:
+    """One block's segments, mapped when it started and kept until it returns: ``sliced`` and
+    ``whole`` inputs, outputs written ``in_place``, and the cells' rows (``rows[cell] = (segment,
+    its mapping)``, written by ``write_rows``)."""
+
+    __slots__ = ("start", "stop", "sliced", "whole", "in_place", "rows")
+
+    def __init__(self, start, stop, rows):
+        self.start, self.stop, self.rows = start, stop, rows
+        self.sliced, self.whole, self.in_place = {}, {}, {}
+
+    def write_rows(self, rows):
+        """The row partials of the block's samples into the cells' segments, through the mappings."""
+        start, stop = self.start, self.stop
+        r0, r1 = row_span(start, stop)
+        for cell, (seg, view) in self.rows.items():
+            got = np.asarray(rows[cell])
+            if got.shape != (r1 - r0, 2):
+                raise RuntimeError(f"cell {cell!r}: samples [{start}, {stop}) gave row partials of shape "
+                                   f"{got.shape}, not ({r1 - r0}, 2)")
+            view[r0:r1] = got                   # never ``seg`` opened by name again
 
 
 class SharedRun:
@@ -264,8 +342,8 @@ class SharedRun:
             planes[name] = (None, seg_out, target.dtype.str, target.shape, True, True)
         total = n_rows(self.bound.n)
         for cell in self.cells:
-            name, self.row_views[cell] = seg.new((total, 2), np.float64)
-            self.rows[cell] = (name, total)
+            rows_seg, self.row_views[cell] = seg.new((total, 2), np.float64)
+            self.rows[cell] = (rows_seg, total)
         self.planes = planes
 
     def for_block(self, address, remote=False):

@@ -268,17 +268,17 @@ def run_block(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh,
     the planes are mapped from the driver's segments and the outputs written there.  The team
     takes the threads Dask gave this worker (``worker_threads``).
     """
-    in_place = None
-    if isinstance(shared, SharedPlanes):
-        more_sliced, more_whole, in_place = shared.open(start, stop)
-        sliced, whole = {**sliced, **more_sliced}, {**(whole or {}), **more_whole}
+    mapped = shared.open(start, stop) if isinstance(shared, SharedPlanes) else None
+    if mapped is not None:              # every segment mapped now, kept until the block returns
+        sliced, whole = {**sliced, **mapped.sliced}, {**(whole or {}), **mapped.whole}
     with thread_budget(worker_threads()):
-        blocks, rows = _run(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device, in_place)
-    if isinstance(shared, SharedPlanes):
+        blocks, rows = _run(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device,
+                            mapped.in_place if mapped is not None else None)
+    if mapped is not None:
         if blocks:
             raise RuntimeError(f"kernel {plugin.name!r}: output planes {sorted(blocks)} of the block of rank {rank} "
                                "are not in shared memory, although the block's planes are")
-        shared.write_rows(start, stop, rows)      # the driver reads them there: nothing to fetch
+        mapped.write_rows(rows)      # through the block's own mappings: the driver reads them there
         return blocks, None
     return blocks, rows
 

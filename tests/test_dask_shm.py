@@ -192,15 +192,15 @@ def test_segments_are_private_and_exclusive():
     """Mode 0600, never an existing file reused; a worker-side open of a gone segment says why."""
     seg = shm.Segments()
     try:
-        name, view = seg.new((10, 3), np.float64, np.arange(30.0).reshape(10, 3))
-        st = os.stat(os.path.join(shm.SHM_DIR, name))
+        made, view = seg.new((10, 3), np.float64, np.arange(30.0).reshape(10, 3))
+        st = os.stat(os.path.join(shm.SHM_DIR, made.name))
         assert st.st_mode & 0o777 == 0o600
-        assert np.array_equal(shm.open_segment(name, "<f8", (10, 3)), np.arange(30.0).reshape(10, 3))
+        assert np.array_equal(shm.open_segment(made, "<f8", (10, 3)), np.arange(30.0).reshape(10, 3))
     finally:
         seg.close()
     assert ours() == []
     with pytest.raises(shm.Elsewhere, match=r"not on this worker's host.*EAGLE_DASK_SHM=0"):
-        shm.open_segment(name, "<f8", (10, 3))
+        shm.open_segment(made, "<f8", (10, 3))
 
 
 # -- every way a run ends leaves /dev/shm clean ---------------------------------------------------
@@ -293,9 +293,9 @@ import os, sys
 import numpy as np
 from eagle_dask import shm
 seg = shm.Segments()
-name, _ = seg.new((1000,), np.float64, np.ones(1000))
-print(name, flush=True)
-assert os.path.exists(os.path.join(shm.SHM_DIR, name))
+made, _ = seg.new((1000,), np.float64, np.ones(1000))
+print(made.name, flush=True)
+assert os.path.exists(os.path.join(shm.SHM_DIR, made.name))
 sys.exit(0)          # the run never closed its segments
 """
 

@@ -156,3 +156,45 @@ def test_dask_backed_round_trip_is_lazy(client):
     lazy = p.run(x=xd, w=w.chunk({"time": 30}), a=xd.mean(), m=m.chunk({"time": 40}))
     host = eplan.plan(scaled, structure=eexec.HostTeam).run(x=x, w=w, a=float(xd.mean().compute()), m=m.copy())
     assert isinstance(lazy["y"].data, da.Array) and same(lazy["y"].compute(), host["y"])
+
+
+def test_a_coordinate_carried_only_by_a_later_plane_reaches_the_outputs():
+    """The first plane has no coordinate along the samples, a later one has: the outputs carry it."""
+    x, w, m = arrays()
+    bare = xr.DataArray(np.asarray(x), dims=("time",))
+    y_ref, q_ref, _ = reference(x, w, m, 1.5)
+    for kw in (dict(x=bare, w=w, a=1.5, m=m.copy()), dict(m=m.copy(), a=1.5, w=w, x=bare)):
+        out = eplan.plan(scaled, structure=eexec.HostTeam).run(**kw)
+        for name in ("y", "q"):
+            assert "time" in out[name].coords, f"{name}: the coordinate of plane 'w' was dropped"
+            assert same(out[name]["time"], w["time"]), name
+        assert same(out["y"], y_ref) and same(out["q"], q_ref)
+
+
+def test_a_transposed_plane_is_told_to_put_its_samples_first():
+    """A plane whose samples are its second dimension (chunked along them, or not, or un-chunked
+    as an earlier message asked): the message names the plane and the transpose; following it
+    gives numpy's bits."""
+    pytest.importorskip("dask.array")
+    x, w, m = arrays()
+    turned = w.transpose("pair", "time").chunk({"time": 50})
+    p = eplan.plan(scaled, structure=eexec.HostTeam)
+    for given in (turned, turned.chunk({"time": -1}), turned.compute()):
+        with pytest.raises(ValueError, match=r"plane 'w' of kernel 'scaled' has its samples 'time' as its second "
+                                             r"dimension.*pass w\.transpose\('time', \.\.\.\)") as got:
+            p.run(x=x, w=given, a=1.0, m=m.copy())
+        assert len(str(got.value)) < 300 and "chunk(" not in str(got.value)
+    out = p.run(x=x, w=turned.transpose("time", ...), a=1.0, m=m.copy())
+    assert same(out["y"], reference(x, w, m, 1.0)[0])
+
+
+def test_a_lone_plane_chunked_along_its_second_dimension_names_both_fixes():
+    """No 1-d plane says which dimension is the samples: the message offers the transpose first,
+    then the rechunk, both naming the plane."""
+    pytest.importorskip("dask.array")
+    from tests import kernels as K
+    p = xr.DataArray(np.ones((100, 3)), dims=("s", "c")).transpose("c", "s").chunk({"s": 30})
+    with pytest.raises(ValueError, match=r"plane 'p' of kernel 'vectors' is a DataArray chunked along 's'.*"
+                                         r"If 's' is the samples, pass p\.transpose\('s', \.\.\.\); if not, "
+                                         r"p\.chunk\(\{'s': -1\}\)"):
+        eplan.plan(eagle.deploy(K.vectors), structure=eexec.HostTeam).run(p=p, scale=2.0)
