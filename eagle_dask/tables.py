@@ -3,15 +3,17 @@
 A ``Table`` (``eagle.Table``) is read by every sample and never cut, so every worker needs it
 whole.  Sending it with each run would cost its size per run; instead the driver keeps, per
 client, the tables it has sent (``shared``): each is scattered to every worker once
-(``broadcast``), under a key named by a hash of its bytes computed that one time, and its
-future is held so the workers keep it.  A later run that passes a table with the same bytes
+(``broadcast``), under a key named by a random token drawn for it (never a digest of its
+bytes: the key shows on the dashboard, and must not let a reader confirm a guess of the
+content), and its future is held so the workers keep it.  A later run that passes a table with the same bytes
 -- the same array, or an equal one made anew -- reuses the future and sends nothing.
 
 Finding a table again must not cost a full cryptographic hash per run (SHA-256 of an 8 MB
 table is about one small run), and must never reuse a table whose bytes changed in place.
 So the driver keeps a copy of each table it sent (the very copy the workers hold) and a
 cheap *fingerprint* -- dtype, shape and a few entries spread over the table -- to find
-candidates; a candidate is reused only when its bytes equal the table's, compared in full
+candidates (a table of another dtype or shape never is one, whatever its bytes); a candidate
+is reused only when its bytes equal the table's, compared in full
 (a memory compare: about a tenth of a hash's cost, and exact, where a hash is probably so).
 A table edited in place since the last run therefore misses and is sent again.
 
@@ -21,7 +23,7 @@ are released.  A future lost with every worker that held it (``status`` no longe
 """
 from __future__ import annotations
 
-import hashlib
+import secrets
 import threading
 import weakref
 from collections import OrderedDict
@@ -49,9 +51,10 @@ def _words(v: np.ndarray) -> np.ndarray:
 
 
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two tables of one dtype and shape hold the same bytes (NaNs and signed zeros
-    compared as bits)."""
-    return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(_words(a), _words(b)))
+    """Whether two tables hold the same bytes (NaNs and signed zeros compared as bits).  Only
+    tables of one fingerprint are compared, so of one dtype and shape: the fingerprint is what
+    tells an int64 table from its float64 view, and a (3, 4) table from the same bytes as (4, 3)."""
+    return a.nbytes == b.nbytes and bool(np.array_equal(_words(a), _words(b)))
 
 
 class _Entry:
@@ -84,7 +87,7 @@ class _Store:
 
     def add(self, client, v, timeout):
         copy = np.array(v, copy=True, order="C")        # what the workers hold; never the caller's array
-        key = "eagle-table-" + hashlib.sha256(copy.view(np.uint8).reshape(-1)).hexdigest()[:32]
+        key = "eagle-table-" + secrets.token_hex(16)    # names no content (a dashboard shows it)
         future = client.scatter({key: copy}, broadcast=True, hash=False, timeout=timeout)[key]
         self.serial += 1
         self.sent += 1

@@ -1,0 +1,19 @@
+"""Mutants of the Dask tables, lazy arrays and Params, progress and eagle.random, each with the
+tests that must fail when it is applied (run by scripts/mutants.py)."""
+
+_STORE = "tests/test_table_store.py"
+
+MUTANTS = [
+    {"name": "table fingerprint ignores dtype",
+     "path": "eagle_dask/tables.py",
+     "old": "return v.dtype.str, v.shape, np.ascontiguousarray(flat).tobytes()",
+     "new": "return v.shape, np.ascontiguousarray(flat).tobytes()",
+     "tests": [f"{_STORE}::test_same_bytes_other_dtype_is_its_own_table"],
+     "timeout": 300},
+    {"name": "table fingerprint and byte compare ignore shape",
+     "path": "eagle_dask/tables.py",
+     "old": "return v.dtype.str, v.shape, np.ascontiguousarray(flat).tobytes()",
+     "new": "return v.dtype.str, np.ascontiguousarray(flat).tobytes()",
+     "tests": [f"{_STORE}::test_same_bytes_other_shape_is_its_own_table"],
+     "timeout": 300},
+]

@@ -1,0 +1,65 @@
+"""The tables a numpy-mode Dask run keeps on the workers (``eagle_dask.tables``): found again
+by dtype, shape and bytes, trimmed least recently used first, keyed by a random token (never a
+digest of the bytes), and a send that loses a worker ends within the run's ``timeout=``.
+
+Each run's bits are compared with plain per-sample Python (``tests.table_kernels``' references)
+or numpy, never with another run of the code under test.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+import eagle.exec as eexec
+from eagle import plan as eplan
+from tests import launch
+from tests.table_kernels import data, interp, interp_reference, poly2d, poly2d_reference
+
+pytest.importorskip("distributed")
+
+
+def same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.fixture(scope="module")
+def client():
+    with launch.local_client(2) as c:
+        yield c
+
+
+def _dask(client, **kw):
+    import eagle_dask
+    return eagle_dask.DaskPartition.on(client, progress=False, **kw)
+
+
+def _poly(client, c, n=257, seed=5):
+    rng = np.random.default_rng(seed)
+    u, v = rng.standard_normal(n), rng.standard_normal(n)
+    got = eplan.plan(poly2d, structure=_dask(client)).run(u=u, v=v, c=c)
+    want = poly2d_reference(u, v, c)
+    host = eplan.plan(poly2d, structure=eexec.HostTeam).run(u=u, v=v, c=c)
+    assert same(host, want)
+    return got, want
+
+
+# -- issue 28: a kept table is found again by dtype, shape and bytes ---------------------------------
+
+def test_same_bytes_other_shape_is_its_own_table(client):
+    c34 = np.random.default_rng(1).standard_normal((3, 4))
+    got, want = _poly(client, c34)
+    assert same(got, want)
+    c43 = c34.reshape(4, 3).copy()                      # the same 96 bytes, another shape
+    got, want = _poly(client, c43)
+    assert same(got, want)
+
+
+def test_same_bytes_other_dtype_is_its_own_table(client):
+    ci = np.arange(1, 13, dtype=np.int64).reshape(3, 4)
+    got, want = _poly(client, ci)
+    assert same(got, want)
+    cf = ci.view(np.float64)                             # the same bytes read as float64
+    got, want = _poly(client, cf)
+    assert same(got, want)
