@@ -16,4 +16,10 @@ MUTANTS = [
      "new": "return v.dtype.str, np.ascontiguousarray(flat).tobytes()",
      "tests": [f"{_STORE}::test_same_bytes_other_shape_is_its_own_table"],
      "timeout": 300},
+    {"name": "lazy Param read on the worker unchecked (10.5 from an int64 dask array truncated)",
+     "path": "eagle_dask/lazy_params.py",
+     "old": "out[name] = param_value(rules, name, {name: np.asarray(v)})",
+     "new": "out[name] = np.asarray(v)[()]",
+     "tests": ["tests/test_lazy_params.py::test_lazy_param_whose_dtype_lies_is_refused_as_host_team_refuses_its_value"],
+     "timeout": 300},
 ]
