@@ -63,3 +63,26 @@ def test_same_bytes_other_dtype_is_its_own_table(client):
     cf = ci.view(np.float64)                             # the same bytes read as float64
     got, want = _poly(client, cf)
     assert same(got, want)
+
+
+# -- issue 31: the store is trimmed least recently used first ------------------------------------------
+
+def test_store_releases_the_least_recently_used_table(client, monkeypatch):
+    """With room for two tables: A, B, A again (reused), then C -- B, the least recently used, is
+    released; A and C are kept (their next runs send nothing), B is sent again."""
+    from eagle_dask import tables
+    monkeypatch.setattr(tables, "MAX_TABLES", 2)
+    store = tables.store_of(client)
+    rng = np.random.default_rng(21)
+    a, b, c = (rng.standard_normal((3, 4)) for _ in range(3))
+
+    def run(t):
+        sent = store.sent
+        got, want = _poly(client, t.copy())
+        assert same(got, want)
+        return store.sent - sent
+
+    assert [run(a), run(b), run(a), run(c)] == [1, 1, 0, 1]
+    assert len(store.entries) == 2
+    assert [run(a), run(c)] == [0, 0]
+    assert run(b) == 1

@@ -53,4 +53,10 @@ MUTANTS = [
      "new": "and _word(k0)):",
      "tests": ["tests/test_random.py::test_philox_second_key_word_range_checked"],
      "timeout": 300},
+    {"name": "table store trimmed at the most recently used end",
+     "path": "eagle_dask/tables.py",
+     "old": "_, e = self.entries.popitem(last=False)",
+     "new": "_, e = self.entries.popitem(last=True)",
+     "tests": [f"{_STORE}::test_store_releases_the_least_recently_used_table"],
+     "timeout": 300},
 ]
