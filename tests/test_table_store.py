@@ -86,3 +86,55 @@ def test_store_releases_the_least_recently_used_table(client, monkeypatch):
     assert len(store.entries) == 2
     assert [run(a), run(c)] == [0, 0]
     assert run(b) == 1
+
+
+# -- issue 28: a worker lost while a table is sent ---------------------------------------------------
+
+@pytest.mark.parametrize("delay", [0.3, 1.0])
+def test_worker_killed_during_a_large_table_send_is_bounded_and_forgotten(delay):
+    """A worker killed while 100 MB of tables travel: the run ends within its timeout in numpy's
+    bits (after a resend) or in eagle's error naming the table and the worker; the next runs
+    have numpy's bits (nothing dead kept)."""
+    import os
+    import threading
+    import time
+
+    import psutil
+
+    import eagle_dask
+    timeout = 30
+    m = 6_250_000
+    xs = np.linspace(0.0, 1.0, m)
+    ys = np.sin(xs * 7.0)
+    x = np.random.default_rng(1).random(1000)
+    want = interp_reference(x, xs, ys)
+    with eagle_dask.local_cluster(n_workers=2, threads_per_worker=1) as c:
+        c.wait_for_workers(2, timeout=120)
+        p = eplan.plan(interp, structure=_dask(c, timeout=timeout))
+        pid = sorted(c.run(os.getpid).values())[0]
+        box = {}
+
+        def go():
+            t = time.monotonic()
+            try:
+                box["out"] = p.run(x=x, xs=xs, ys=ys)
+            except Exception as e:  # noqa: BLE001 - judged below
+                box["error"] = e
+            box["seconds"] = time.monotonic() - t
+
+        th = threading.Thread(target=go, daemon=True)
+        th.start()
+        time.sleep(delay)
+        psutil.Process(pid).kill()
+        th.join(timeout + 30)
+        assert not th.is_alive(), f"the run did not end within timeout={timeout} s (+30 s)"
+        assert box["seconds"] < timeout + 15, box
+        if "error" in box:
+            msg = str(box["error"])
+            assert isinstance(box["error"], (RuntimeError, TimeoutError)), repr(box["error"])
+            assert "table 'xs'" in msg or "table 'ys'" in msg, msg
+            assert "kernel 'interp'" in msg and "worker" in msg, msg
+        else:
+            assert same(box["out"], want)
+        for _ in range(2):
+            assert same(p.run(x=x, xs=xs, ys=ys), want)
