@@ -138,3 +138,34 @@ def test_worker_killed_during_a_large_table_send_is_bounded_and_forgotten(delay)
             assert same(box["out"], want)
         for _ in range(2):
             assert same(p.run(x=x, xs=xs, ys=ys), want)
+
+
+def test_kept_table_whose_workers_all_died_is_forgotten_and_sent_again():
+    """Every worker holding the kept tables killed (the nannies start new ones): the futures' own
+    status still says 'finished', yet the next run sends the tables again and has numpy's bits."""
+    import os
+    import time
+
+    import psutil
+
+    import eagle_dask
+    from eagle_dask.tables import store_of
+    a, _ = data(300, seed=4)
+    want = interp_reference(**a)
+    with eagle_dask.local_cluster(n_workers=2, threads_per_worker=1) as c:
+        c.wait_for_workers(2, timeout=120)
+        p = eplan.plan(interp, structure=_dask(c, timeout=30))
+        assert same(p.run(**a), want)
+        sent = store_of(c).sent
+        old = c.run(os.getpid)
+        for pid in old.values():
+            psutil.Process(pid).kill()
+        end = time.monotonic() + 120
+        while time.monotonic() < end:                      # two new workers, neither of the old ones
+            now = set(c.scheduler_info(n_workers=-1)["workers"])
+            if len(now) == 2 and not now & set(old):
+                break
+            time.sleep(0.1)
+        assert same(p.run(**a), want)
+        assert store_of(c).sent == sent + 2
+        assert same(p.run(**a), want) and store_of(c).sent == sent + 2
