@@ -107,4 +107,10 @@ MUTANTS = [
      "new": "",
      "tests": ["tests/test_table_store.py::test_kept_table_whose_workers_all_died_is_forgotten_and_sent_again"],
      "timeout": 400},
+    {"name": "table key named by a digest of its bytes",
+     "path": "eagle_dask/tables.py",
+     "old": "key = \"eagle-table-\" + secrets.token_hex(16)",
+     "new": "key = \"eagle-table-\" + __import__(\"hashlib\").sha256(copy.view(np.uint8).reshape(-1)).hexdigest()[:32]",
+     "tests": [f"{_STORE}::test_table_keys_on_the_scheduler_hold_no_digest_of_the_bytes_and_are_reused"],
+     "timeout": 300},
 ]
