@@ -27,7 +27,10 @@ Every function is ``@numba.njit`` (no fastmath) and makes its bits with integer 
 (64-bit products of 32-bit words split into hi and lo halves), so it runs from Python, inside a
 kernel on the host, and under numba's CUDA target.  The functions are inlined into the kernel
 that calls them.  A negative ``seed``, ``i`` or ``k``, or ``k >= 2**32``, raises ``ValueError``
-from Python and on the host; device code does not report it.  numba passes a Python int as an
+from Python and on the host; device code does not report it.  A seed, index, counter or key
+word that is not an integer (``k = 1.5``, a float array as a counter) is refused when the call
+is compiled -- a ``TypingError`` naming the coordinate, from Python as inside a kernel --
+never cast to the integer below it.  numba passes a Python int as an
 int64 once a function has an int64 version, so give a seed or index of 2**63 or more as
 ``np.uint64(value)``.
 """
@@ -76,8 +79,39 @@ def _rounds(c0, c1, c2, c3, k0, k1):
     return c0, c1, c2, c3
 
 
+def _words_of(t):
+    """The numba types of the words a philox argument (or a draw coordinate) of type ``t`` holds."""
+    if isinstance(t, types.BaseTuple):
+        return list(t.types)
+    if isinstance(t, (types.Array, types.List)):
+        return [t.dtype]
+    return [t]
+
+
+def _refuse_non_integers(where, named):
+    """Refuse, when the call is typed, any word that is not an integer: numba would cast a float
+    (``k = 1.5`` drawing what ``k = 1`` draws) where Python's integer rule refuses it."""
+    for what, t in named:
+        bad = [w for w in _words_of(t) if not isinstance(w, types.Integer)]
+        if bad:
+            raise TypingError(f"{where}: the {what} ({t}) holds {bad[0]} where an integer goes; it would be "
+                              "cast (1.5 drawing what 1 draws): pass integers (int, np.uint64, an integer array)")
+
+
+def _integer_coords(seed, i, k):
+    """Refuses non-integer coordinates when typed (``_integer_coords_typed``); nothing at run time."""
+    raise NotImplementedError("eagle.random._integer_coords is only called from compiled code")
+
+
+@overload(_integer_coords, target="generic", inline="always")
+def _integer_coords_typed(seed, i, k):
+    _refuse_non_integers("eagle.random", (("seed", seed), ("sample index i", i), ("draw counter k", k)))
+    return lambda seed, i, k: None
+
+
 @_jit
 def _check(seed, i, k):
+    _integer_coords(seed, i, k)
     if seed < 0:
         raise ValueError("eagle.random: seed must be an integer in [0, 2**64)")
     if i < 0:
@@ -114,9 +148,12 @@ def _philox_words(args):
 def _philox_words_typed(args):
     """Which form philox was called in, decided when it is typed: six words, or (counter, key)."""
     if len(args) == 6:
+        _refuse_non_integers("eagle.random.philox", [(f"word {n}", t) for n, t in
+                                                     zip(("c0", "c1", "c2", "c3", "k0", "k1"), args)])
         return lambda args: args
     if len(args) == 2:
         counter, key = args
+        _refuse_non_integers("eagle.random.philox", (("counter", counter), ("key", key)))
         for what, t, want in (("counter", counter, 4), ("key", key, 2)):
             if isinstance(t, types.BaseTuple) and len(t) != want:
                 raise TypingError(f"eagle.random.philox: the {what} is {want} words, got a tuple of {len(t)}")

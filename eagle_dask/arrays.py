@@ -265,7 +265,7 @@ def execute_lazy(plan, bound: LazyBound, device) -> dict:
     planes = {k: v for k, v in bound.values.items()
               if (is_dask(v) or is_array(v)) and k not in fresh and plugin.roles[k].kind != "Param"}
     params = {k: v for k, v in bound.values.items() if k not in planes}
-    params_in, lazy_params = params_arg(params)      # 0-d dask Params: read on the worker
+    params_in, lazy_params = params_arg(plugin, params)      # 0-d dask Params: read on the worker
     tables = set(plugin.names(TABLE))
     sizes = block_sizes(n, [v.chunks[0] for k, v in planes.items() if is_dask(v) and k not in tables],
                         rows=bool(plugin.cells), min_block=_min_block(plan))

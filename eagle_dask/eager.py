@@ -46,6 +46,7 @@ from eagle.rows import split
 from . import keys
 from .progress import end_progress, show_progress
 from .ranks import worker_ranks
+from .send import scatter_everywhere
 from .shm import Elsewhere, SharedRun
 from .tables import lost, shared
 from .task import PluginRef, run_block
@@ -187,7 +188,7 @@ class EagerRun:
     def _send_tables(self):
         """Numpy tables to every worker, kept there across runs (``eagle_dask.tables``)."""
         if self.tables:
-            self.table_f = shared(self.client, self.tables, self.structure.timeout)
+            self.table_f = shared(self.client, self.tables, self.structure.timeout, self.name)
 
     def _scatter(self):
         """Whole planes to every worker, for the blocks that do not read them from shared memory."""
@@ -196,8 +197,8 @@ class EagerRun:
             if self.whole_f is not None:
                 self._old_whole.append(self.whole_f)
             key = keys.name(self.name, "planes", f"{self.tag}-{len(self._old_whole)}")
-            [self.whole_f] = self.client.scatter({key: self.whole}, broadcast=True, hash=False,
-                                                 timeout=self.structure.timeout).values()
+            self.whole_f = scatter_everywhere(self.client, key, self.whole, self.structure.timeout,
+                                              f"the whole planes {sorted(self.whole)} of kernel {self.name!r}")
 
     def _submit(self, b, address, loose=True):
         """Submit block ``b`` pinned to ``address``; ``loose``: the scheduler may run it elsewhere

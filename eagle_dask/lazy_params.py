@@ -4,13 +4,16 @@ A reduction of one run used by the next (a cell of an earlier lazy run, ``x.mean
 dask array.  It is checked when the graph is built from its metadata only -- 0-d, numbers, an
 integer dtype where the body passes it to ``range()`` -- and never computed there: every block
 of the run depends on its key, and ``read_params`` puts its value among the block's Params on
-the worker, unwrapped as a 0-d numpy array Param is (``eagle.bind.param_value``).  So a
+the worker, unwrapped and checked as a 0-d numpy array Param is (``eagle.bind.param_value``:
+the metadata may say int64 of a value that computes to 10.5, refused there as on HostTeam).  So a
 two-stage computation is one graph, and the scheduler runs the first stage before the blocks
 that need it.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from eagle.bind import param_value
 
 from .lazy_tables import is_dask
 
@@ -41,19 +44,30 @@ def _key(v):
     return keys
 
 
-def params_arg(params: dict):
+class ParamRules:
+    """What ``eagle.bind.param_value`` reads of a kernel to check a Param (its name and the
+    Params it passes to ``range()``): small, so it rides in the graph instead of the plugin."""
+
+    def __init__(self, plugin):
+        self.name, self.range_params, self.defaults = plugin.name, frozenset(plugin.range_params), {}
+
+
+def params_arg(plugin, params: dict):
     """The Params as a block task takes them, and the dask arrays the blocks then depend on:
     ``params`` itself when none is lazy, else a task of ``read_params`` over their keys."""
     lazy = {name: v for name, v in params.items() if is_dask(v)}
     if not lazy:
         return params, []
     static = {name: v for name, v in params.items() if name not in lazy}
-    return (read_params, static, tuple(lazy), [_key(v) for v in lazy.values()]), list(lazy.values())
+    return ((read_params, ParamRules(plugin), static, tuple(lazy), [_key(v) for v in lazy.values()]),
+            list(lazy.values()))
 
 
-def read_params(static: dict, names, values) -> dict:
-    """On the worker: the block's Params, each lazy one its computed value (a numpy scalar)."""
+def read_params(rules: ParamRules, static: dict, names, values) -> dict:
+    """On the worker: the block's Params, each lazy one its computed value, checked by the rule
+    HostTeam applies to the same value (``eagle.bind.param_value``): a dask array whose dtype
+    says int64 may still compute to 10.5, which a ``range()`` Param refuses, never truncates."""
     out = dict(static)
     for name, v in zip(names, values):
-        out[name] = np.asarray(v)[()]
+        out[name] = param_value(rules, name, {name: np.asarray(v)})
     return out

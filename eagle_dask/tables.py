@@ -3,36 +3,45 @@
 A ``Table`` (``eagle.Table``) is read by every sample and never cut, so every worker needs it
 whole.  Sending it with each run would cost its size per run; instead the driver keeps, per
 client, the tables it has sent (``shared``): each is scattered to every worker once
-(``broadcast``), under a key named by a hash of its bytes computed that one time, and its
-future is held so the workers keep it.  A later run that passes a table with the same bytes
+(``broadcast``), under a key named by a random token drawn for it (never a digest of its
+bytes: the key shows on the dashboard, and must not let a reader confirm a guess of the
+content), and its future is held so the workers keep it.  A later run that passes a table with the same bytes
 -- the same array, or an equal one made anew -- reuses the future and sends nothing.
 
 Finding a table again must not cost a full cryptographic hash per run (SHA-256 of an 8 MB
 table is about one small run), and must never reuse a table whose bytes changed in place.
 So the driver keeps a copy of each table it sent (the very copy the workers hold) and a
 cheap *fingerprint* -- dtype, shape and a few entries spread over the table -- to find
-candidates; a candidate is reused only when its bytes equal the table's, compared in full
+candidates (a table of another dtype or shape never is one, whatever its bytes); a candidate
+is reused only when its bytes equal the table's, compared in full
 (a memory compare: about a tenth of a hash's cost, and exact, where a hash is probably so).
 A table edited in place since the last run therefore misses and is sent again.
 
 The store is bounded (``MAX_TABLES`` tables, ``MAX_BYTES`` in all): the least recently used
-are released.  A future lost with every worker that held it (``status`` no longer
-``finished``) is dropped and the table scattered again.
+are released.  Before a run looks for its tables, the scheduler is asked (one round trip)
+which kept tables a worker still holds: one lost with every worker that held it is forgotten
+and scattered again (its future's ``status`` alone stays ``finished``).  A send is bounded by
+the run's ``timeout`` and retried after a lost worker (``eagle_dask.send``); a table that
+could not be sent is never kept.
 """
 from __future__ import annotations
 
-import hashlib
+import secrets
 import threading
 import weakref
 from collections import OrderedDict
 
 import numpy as np
 
+from .send import held, scatter_everywhere
+
 #: tables kept per client at most, and their bytes in all
 MAX_TABLES = 16
 MAX_BYTES = 1 << 30
 #: entries read for a table's fingerprint
 PROBES = 64
+#: seconds a send (and a question to the scheduler) takes at most when the run gives no timeout
+DEFAULT_SEND_TIMEOUT = 60.0
 
 
 def fingerprint(v: np.ndarray) -> tuple:
@@ -49,9 +58,10 @@ def _words(v: np.ndarray) -> np.ndarray:
 
 
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two tables of one dtype and shape hold the same bytes (NaNs and signed zeros
-    compared as bits)."""
-    return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(_words(a), _words(b)))
+    """Whether two tables hold the same bytes (NaNs and signed zeros compared as bits).  Only
+    tables of one fingerprint are compared, so of one dtype and shape: the fingerprint is what
+    tells an int64 table from its float64 view, and a (3, 4) table from the same bytes as (4, 3)."""
+    return a.nbytes == b.nbytes and bool(np.array_equal(_words(a), _words(b)))
 
 
 class _Entry:
@@ -69,23 +79,29 @@ class _Store:
         self.serial = 0
         self.sent = 0                         # tables scattered (read by the tests and the benchmark)
 
+    def prune(self, client, timeout):
+        """Forget every kept table no worker holds any more (lost with the workers that held it,
+        or half-sent when a worker died): the next run that passes it sends it again."""
+        if not self.entries:
+            return
+        kept = held(client, [e.future for e in self.entries.values()], timeout)
+        for key, e in list(self.entries.items()):
+            if e.future.key not in kept:
+                del self.entries[key]
+                _release(e.future)
+
     def find(self, v):
         fp = fingerprint(v)
-        for key, e in list(self.entries.items()):
-            if key[0] != fp:
-                continue
-            if e.future.status != "finished":          # lost with the workers: send it again
-                del self.entries[key]
-                continue
-            if same_bytes(e.copy, v):
+        for key, e in self.entries.items():
+            if key[0] == fp and same_bytes(e.copy, v):
                 self.entries.move_to_end(key)
                 return e.future
         return None
 
-    def add(self, client, v, timeout):
+    def add(self, client, v, timeout, what):
         copy = np.array(v, copy=True, order="C")        # what the workers hold; never the caller's array
-        key = "eagle-table-" + hashlib.sha256(copy.view(np.uint8).reshape(-1)).hexdigest()[:32]
-        future = client.scatter({key: copy}, broadcast=True, hash=False, timeout=timeout)[key]
+        key = "eagle-table-" + secrets.token_hex(16)    # names no content (a dashboard shows it)
+        future = scatter_everywhere(client, key, copy, timeout, what)
         self.serial += 1
         self.sent += 1
         self.entries[(fingerprint(copy), self.serial)] = _Entry(copy, future)
@@ -96,10 +112,14 @@ class _Store:
         while len(self.entries) > MAX_TABLES or (
                 len(self.entries) > 1 and sum(e.nbytes for e in self.entries.values()) > MAX_BYTES):
             _, e = self.entries.popitem(last=False)
-            try:
-                e.future.release()
-            except Exception:  # noqa: BLE001 - the client closed: nothing is held any more
-                pass
+            _release(e.future)
+
+
+def _release(future):
+    try:
+        future.release()
+    except Exception:  # noqa: BLE001 - the client closed: nothing is held any more
+        pass
 
 
 _STORES = weakref.WeakKeyDictionary()
@@ -114,17 +134,27 @@ def store_of(client) -> _Store:
         return s
 
 
-def shared(client, tables: dict, timeout=None) -> dict:
+def shared(client, tables: dict, timeout=None, kernel=None) -> dict:
     """``{name: future}`` of each numpy table of ``tables`` on every worker of ``client``: the
-    future a previous run left for the same bytes, else the table scattered now."""
+    future a previous run left for the same dtype, shape and bytes (if a worker still holds
+    it), else the table scattered now (``eagle_dask.send``: within ``timeout`` seconds)."""
+    timeout = DEFAULT_SEND_TIMEOUT if timeout is None else timeout
     store = store_of(client)
+    of = f" of kernel {kernel!r}" if kernel else ""
     out = {}
     with _LOCK:
+        store.prune(client, timeout)
         for name, v in tables.items():
-            out[name] = store.find(v) or store.add(client, v, timeout)
+            out[name] = store.find(v) or store.add(client, v, timeout, f"table {name!r}{of}")
     return out
 
 
 def lost(futures) -> bool:
-    """Whether any of a run's table futures was lost (with every worker that held it)."""
-    return any(f.status != "finished" for f in futures)
+    """Whether any of a run's table futures was lost: no worker holds its data any more (asked
+    of the scheduler; a future's own status stays ``finished`` when its last holder dies)."""
+    futures = list(futures)
+    if not futures:
+        return False
+    if any(f.status != "finished" for f in futures):
+        return True
+    return len(held(futures[0].client, futures, DEFAULT_SEND_TIMEOUT)) < len({f.key for f in futures})

@@ -155,3 +155,45 @@ def test_users_local_cluster_teams_fit_the_worker(monkeypatch, workers, threads)
         y = eplan.plan(plugin, structure=structure).run(x=da.from_array(d["x"], chunks=50_000), a=d["a"], b=-d["b"])
         c.compute(y).result()
         assert teams(c, plugin) == [3] * 4                   # EAGLE_NUM_THREADS says otherwise
+
+
+# -- blocks and graph keys: what makes two runs different --------------------------------------------
+def _axpb_host(x, a):
+    import eagle.exec as eexec
+    return eplan.plan(K.CASES["axpb"][0], structure=eexec.HostTeam).run(x=x, a=a, b=-1.25)
+
+
+def _axpb_lazy(xd, a, min_block):
+    p = eplan.plan(K.CASES["axpb"][0], structure=DaskPartition.on(progress=False, min_block=min_block))
+    return p.run(x=xd, a=a, b=-1.25)
+
+
+def _same(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def test_two_chunks_with_one_interior_cut_are_joined(client):
+    """Two chunks (150, 151) below min_block: one block, one output chunk, HostTeam's bits."""
+    x = np.random.default_rng(8).uniform(-1, 1, 301)
+    xd = da.from_array(x, chunks=((150, 151),))
+    y = _axpb_lazy(xd, 2.5, 1000)
+    assert y.chunks == ((301,),)
+    assert _same(y.compute(), _axpb_host(x, 2.5))
+    y = _axpb_lazy(xd, 2.5, 1)
+    assert y.chunks == ((150, 151),)
+
+
+def test_runs_differing_only_in_a_param_or_min_block_give_their_own_bits(client):
+    """A first run's blocks held on the cluster (persisted) while two runs that differ from it only
+    in a Param, or only in min_block, are computed: each has its own HostTeam bits, never the
+    first run's blocks served under a shared key."""
+    from distributed import wait
+    x = np.random.default_rng(4).uniform(-1, 1, 4000)
+    xd = da.from_array(x, chunks=1000)
+    first = _axpb_lazy(xd, 2.5, 1).persist()
+    wait(first, timeout=120)
+    for a, min_block in ((3.5, 1), (2.5, 2000)):       # four blocks of 1000; two of 2000
+        got = _axpb_lazy(xd, a, min_block).compute()
+        assert _same(got, _axpb_host(x, a)), (a, min_block)
+    assert _same(first.compute(), _axpb_host(x, 2.5))

@@ -111,3 +111,22 @@ def test_zero_d_array_param_is_its_value_on_local_structures_and_numpy_mode(clie
         assert same(p.run(x=x, s=np.array(4.0)), want)
         assert same(p.run(x=x, s=4.0), want)
     assert same(eplan.plan(share, structure=eexec.HostTeam).run(x=x, s=da.from_array(np.array(4.0))), want)
+
+
+def test_lazy_param_whose_dtype_lies_is_refused_as_host_team_refuses_its_value(client):
+    """A 0-d dask array whose metadata says int64 but whose value is 10.5: checked on the worker
+    by HostTeam's rule for that value (refused by name, never truncated to 10 in range())."""
+    import dask
+    x = np.linspace(0.0, 1.0, 40)
+    liar = da.from_delayed(dask.delayed(np.float64)(10.5), shape=(), dtype=np.int64)
+    assert liar.dtype == np.int64
+    with pytest.raises(TypeError) as host:
+        eplan.plan(repeat, structure=eexec.HostTeam).run(x=x, times=np.float64(10.5))
+    lazy = eplan.plan(repeat, structure=_dask(client)).run(x=da.from_array(x, chunks=20), times=liar)
+    with pytest.raises(TypeError) as worker:
+        lazy.compute()
+    assert str(worker.value) == str(host.value)
+    assert "Param 'times' of kernel 'repeat' is passed to range() and must be an integer" in str(host.value)
+    honest = da.from_delayed(dask.delayed(np.int64)(10), shape=(), dtype=np.int64)
+    got = eplan.plan(repeat, structure=_dask(client)).run(x=da.from_array(x, chunks=20), times=honest).compute()
+    assert same(got, np.array([sum(v for _ in range(10)) for v in x.tolist()]))

@@ -550,3 +550,64 @@ def test_philox_counter_key_form_refusals_and_kernel_scalar_form():
     got = eplan.plan(blocks, structure=eexec.HostTeam, npartitions=2).run(w=np.zeros((5, 4)))
     want = np.array([ref_philox((s, 0, 0, 0), (7, 0)) for s in range(5)], dtype=np.float64)
     assert np.array_equal(got, want)
+
+
+# -- refusals of words that are not integers, of keys of the wrong length and of key words out of range
+
+DRAWS = [(erandom.uniform, ()), (erandom.uniform2, ()), (erandom.normal, ()), (erandom.normal2, ()),
+         (erandom.exponential, ()), (erandom.bernoulli, (0.5,)), (erandom.uniform_range, (0.0, 2.0)),
+         (erandom.integers, (0, 9))]
+
+
+@pytest.mark.parametrize("fn, extra", DRAWS, ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize("coords, what", [((3, 2, 1.5), "draw counter k"), ((3.0, 2, 1), "seed"),
+                                          ((3, 2.5, 1), "sample index i"), ((3, 2, np.float32(1)), "draw counter k")])
+def test_non_integer_coordinates_are_refused_not_cast(fn, extra, coords, what):
+    """k = 1.5 drew what k = 1 draws; now a refusal naming the coordinate (an integral float too)."""
+    with pytest.raises(numba.core.errors.TypingError, match=f"eagle.random: the {what} .* where an integer goes"):
+        fn(*coords, *extra)
+
+
+@pytest.mark.parametrize("args, what", [
+    ((0, 0, 0, 1.5, 0, 0), "word c3"), ((0, 0, 0, 0, 0, 2.0), "word k1"),
+    (((0, 0, 0, 1.5), (0, 0)), "counter"), ((np.array([0.0, 0, 0, 1]), (0, 0)), "counter"),
+    (((0, 0, 0, 1), (0.5, 0)), "key"), (((0, 0, 0, 1), np.array([0.5, 0.0])), "key")])
+def test_philox_words_that_are_not_integers_are_refused(args, what):
+    with pytest.raises(numba.core.errors.TypingError, match=f"eagle.random.philox: the {what} .* where an integer"):
+        erandom.philox(*args)
+
+
+def test_non_integer_counter_refused_inside_a_kernel_and_compiled_code():
+    @eagle.kernel
+    def draw_at(i, seed: Param, k: eagle.In, y: Out):
+        y[i] = erandom.uniform(seed, i, k[i])
+
+    with pytest.raises(TypeError, match=r"(?s)kernel 'draw_at' cannot be compiled.*the draw counter k \(float64\)"):
+        eplan.plan(draw_at, structure=eexec.HostTeam).run(seed=3, k=np.array([1.5, 2.0]))
+    got = eplan.plan(draw_at, structure=eexec.HostTeam).run(seed=3, k=np.array([1, 2]))
+    assert got.tolist() == [erandom.uniform(3, 0, 1), erandom.uniform(3, 1, 2)]
+
+    @numba.njit
+    def block_of(counter, key):
+        return erandom.philox(counter, key)
+
+    with pytest.raises(numba.core.errors.TypingError, match="philox: the counter .* where an integer goes"):
+        block_of(np.array([0.0, 0.0, 0.0, 1.5]), (0, 0))
+    assert block_of(np.array([1, 2, 3, 4]), (5, 6)) == ref_philox((1, 2, 3, 4), (5, 6))
+
+
+@pytest.mark.parametrize("key", [(0, 0, 0), (0,), np.zeros(3, dtype=np.uint32), np.zeros(1, dtype=np.uint32)],
+                         ids=["tuple3", "tuple1", "array3", "array1"])
+def test_philox_key_of_the_wrong_length_is_refused(key):
+    with pytest.raises(Exception, match="the key is 2 words|the key 2"):
+        erandom.philox((1, 2, 3, 4), key)
+
+
+@pytest.mark.parametrize("k1", [2**32, -1])
+def test_philox_second_key_word_range_checked(k1):
+    with pytest.raises(ValueError, match="counter and key word"):
+        erandom.philox(1, 2, 3, 4, 0, k1)
+    with pytest.raises(ValueError, match="counter and key word"):
+        erandom.philox((1, 2, 3, 4), (0, k1))
+    with pytest.raises(ValueError, match="counter and key word"):
+        erandom.philox((1, 2, 3, 4), np.array([0, k1], dtype=np.int64))
