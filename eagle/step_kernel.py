@@ -2,7 +2,7 @@
 
 A *step kernel* is an ordinary kernel whose body is one step of one sample and which writes its
 finish condition into an output plane (``done[i] = 1`` when the sample is done; named by
-``Plan.run_until_done(done=...)``, ``"done"`` unless told).  ``loop_plugin(plugin, done)`` derives,
+``Plan.run_until_done(done_plane=...)``, ``"done"`` unless told).  ``loop_plugin(plugin, done)`` derives,
 once per plugin, the kernel the rounds of ``eagle.until_done`` run:
 
 * the step body inside ``while k < budget and steps[i] < cap and done[i] == 0``, counting the
@@ -54,7 +54,7 @@ def check_step_kernel(plugin, fdef, done):
         what = "has no argument" if role is None else f"has {done!r} as a {role!r}, not an output plane"
         raise ValueError(f"kernel {k!r} {what} {done!r} for its finish condition: a step kernel writes "
                          f"done[i] = 1 when a sample is done into an Out or Mutable plane; name it with "
-                         f"run_until_done(done='...')")
+                         f"run_until_done(done_plane='...')")
     if plugin.exec_access != SAMPLE_LOCAL:
         raise ValueError(f"kernel {k!r} is {plugin.exec_access}: only a sample_local step kernel (every plane "
                          "touched only at [i]) runs until done, since finished samples are dropped between rounds")

@@ -26,6 +26,8 @@ from .step_kernel import loop_plugin
 
 CAPPED = np.int8(0)
 FINISHED = np.int8(1)
+#: run_until_done's own keywords: no kernel argument may be named so
+RESERVED = ("max_steps", "resume", "round_steps", "done_plane", "device")
 #: the first round's budget when ``round_steps`` is not given; each next round's doubles
 FIRST_ROUND = 8
 
@@ -122,18 +124,25 @@ def _round(loop_plan, loop, idx, args, state, steps, contrib, budget, cap, devic
 
 
 def _running(state, done, steps, cap):
-    return (state[done].reshape(len(steps), -1)[:, 0] == 0) & (steps < cap)
+    return (state[done] == 0) & (steps < cap)
 
 
-def run_until_done(plan, make_plan, *, max_steps, resume=None, round_steps=None, done="done", device=None, planes):
+def run_until_done(plan, make_plan, *, max_steps, resume=None, round_steps=None, done_plane="done", device=None, planes):
     """See the module docstring and ``Plan.run_until_done`` (``make_plan``: ``eagle.plan.plan``)."""
-    k = plan.plugin.name
+    k, done = plan.plugin.name, done_plane
+    clash = [n for n in RESERVED if n in plan.plugin.roles]
+    if clash:
+        raise ValueError(f"kernel {k!r} has an argument named {clash[0]!r}, which run_until_done reserves for "
+                         "itself; rename the argument")
     _check_counts(k, max_steps, round_steps)
     loop = loop_plugin(plan.plugin, done)
     parts = len(plan.partitions) if plan.partitions is not None else plan.npartitions
     loop_plan = make_plan(loop.plugin, structure=plan.structure, inner=plan.inner,
                           npartitions=1 if plan.structure.crosses_processes else parts)
     args, state, steps, contrib, running = _start(plan, loop, planes, resume)
+    if state[done].ndim != 1:
+        raise ValueError(f"kernel {k!r}: the finish plane {done!r} has shape {state[done].shape}: it holds one "
+                         "value per sample, (n,)")
     running &= _running(state, done, steps, max_steps)
     budget = round_steps or FIRST_ROUND
     first = True
@@ -143,7 +152,7 @@ def run_until_done(plan, make_plan, *, max_steps, resume=None, round_steps=None,
         running[idx] = _running({done: state[done][idx]}, done, steps[idx], max_steps)
         budget = round_steps or min(budget * 2, max_steps)
         first = False
-    status = np.where(state[done].reshape(len(steps), -1)[:, 0] != 0, FINISHED, CAPPED).astype(np.int8)
+    status = np.where(state[done] != 0, FINISHED, CAPPED).astype(np.int8)
     cells = {n: reduce_samples(plan.plugin.cells[n], v) for n, v in contrib.items()}
     return UntilDone(k, state, status, steps.astype(np.int64), cells, contrib, args)
 
