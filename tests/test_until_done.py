@@ -233,3 +233,37 @@ def test_step_kernel_still_runs_one_step():
     ref = U.reference(U.walker, planes, 1)
     got = _host(U.walker).run(**planes)
     assert same_bits(got["x"], ref[0]["x"])
+
+
+# -- RankPartition and DaskPartition ----------------------------------------------------------------
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_rank_partition_same_bits(tmp_path, want, ranks):
+    from tests import launch
+    from tests.test_mpi import records
+    out = tmp_path / "out"
+    out.mkdir()
+    launch.mpiexec(ranks, [os.path.join(SCRIPTS, "until_done.py"), str(out)], timeout=300)
+    for rec in records(out, ranks):
+        assert rec["size"] == ranks
+        got = {}
+        for name, value in rec["arrays"].items():
+            key, part = name.split("|")
+            got.setdefault(key, {})[part] = value
+        assert_all_same(got, want)
+
+
+@pytest.fixture(scope="module")
+def client():
+    pytest.importorskip("distributed")
+    from tests.launch import local_client
+    with local_client(3) as c:
+        yield c
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_dask_partition_same_bits(client, want, workers):
+    from eagle_dask import DaskPartition
+    names = [r.name for r in DaskPartition.on(client).ranks(gpus=False).values()][:workers]
+    structure = DaskPartition.on(client, workers=names, progress=False)
+    assert_all_same(U.run_all(structure), want)
