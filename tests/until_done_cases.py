@@ -25,7 +25,7 @@ TOP = 10.0
 
 @eagle.kernel
 def walker(i, seed: Param, up: Param, bias: Table, x: Mutable, t: Mutable, done: Out, hits: Cell["sum"],
-           last: Cell["max"]):
+           last: Cell["max"], growth: Cell["times"]):
     """Gambler's ruin: a walker steps +1 / -1 (the draw keyed by the sample's index and its step
     count) until it reaches 0 or TOP; the index is also used as a value and as a Table index."""
     u = er.uniform(seed, i, int(t[i]))
@@ -36,6 +36,7 @@ def walker(i, seed: Param, up: Param, bias: Table, x: Mutable, t: Mutable, done:
         done[i] = 1.0
         hits[i] = (1.0 if x[i] >= TOP else 0.0) + i * 1e-3
     last[i] = t[i] * 0.5 + u
+    growth[i] = 1.0 + u * 0.01
 
 
 @eagle.kernel
