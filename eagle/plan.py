@@ -85,7 +85,7 @@ class Plan:
     def run_until_done(self, *, max_steps=None, resume=None, round_steps=None, done_plane="done", device=None, **planes):
         """Step every sample of a *step kernel* (one step per call; ``done[i] = 1`` when the sample
         is done, in the output plane ``done`` names) until it is done or has taken ``max_steps``
-        steps, in rounds of at most ``round_steps`` steps (doubling from 8 unless given) over the
+        steps, in rounds of at most ``round_steps`` steps (16, then 4 times the last, unless given) over the
         samples still running.  Returns an ``eagle.until_done.UntilDone``: ``planes``, ``status``,
         ``steps``, ``cells``; ``resume=result`` continues its capped samples.  See docs/until_done.md."""
         return run_until_done(self, plan, max_steps=max_steps, resume=resume, round_steps=round_steps, done_plane=done_plane,

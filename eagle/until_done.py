@@ -28,8 +28,10 @@ CAPPED = np.int8(0)
 FINISHED = np.int8(1)
 #: run_until_done's own keywords: no kernel argument may be named so
 RESERVED = ("max_steps", "resume", "round_steps", "done_plane", "device")
-#: the first round's budget when ``round_steps`` is not given; each next round's doubles
-FIRST_ROUND = 8
+#: the first round's budget when ``round_steps`` is not given; each next round's is GROWTH times
+#: the last (capped at max_steps): few rounds, each over far fewer samples than the last
+FIRST_ROUND = 16
+GROWTH = 4
 
 
 class UntilDone:
@@ -150,7 +152,7 @@ def run_until_done(plan, make_plan, *, max_steps, resume=None, round_steps=None,
         idx = np.flatnonzero(running)
         _round(loop_plan, loop, idx, args, state, steps, contrib, budget, max_steps, device)
         running[idx] = _running({done: state[done][idx]}, done, steps[idx], max_steps)
-        budget = round_steps or min(budget * 2, max_steps)
+        budget = round_steps or min(budget * GROWTH, max_steps)
         first = False
     status = np.where(state[done] != 0, FINISHED, CAPPED).astype(np.int8)
     cells = {n: reduce_samples(plan.plugin.cells[n], v) for n, v in contrib.items()}
