@@ -267,3 +267,38 @@ def test_dask_partition_same_bits(client, want, workers):
     names = [r.name for r in DaskPartition.on(client).ranks(gpus=False).values()][:workers]
     structure = DaskPartition.on(client, workers=names, progress=False)
     assert_all_same(U.run_all(structure), want)
+
+
+def test_rounds_run_only_the_samples_still_running(monkeypatch):
+    """Each round runs the samples not yet done (16 steps, then 4x the last), as counted from the
+    reference's steps: finished samples stop costing."""
+    import eagle.until_done as ud
+    seen = []
+    real = ud._round
+
+    def spy(loop_plan, loop, idx, *args):
+        seen.append(idx.copy())
+        return real(loop_plan, loop, idx, *args)
+
+    monkeypatch.setattr(ud, "_round", spy)
+    planes = U.inputs("walker", 301)
+    ref_steps = U.reference(U.walker, planes, 400)[2]
+    _host(U.walker).run_until_done(max_steps=400, **planes)
+    budgets, total = [], 0
+    while total < 400 and (ref_steps > total).any():
+        budgets.append(min(16 * 4 ** len(budgets), 400))
+        total += budgets[-1]
+    assert len(seen) == len(budgets) > 2
+    done_before = 0
+    for idx, b in zip(seen, budgets):
+        assert np.array_equal(idx, np.flatnonzero(ref_steps > done_before))
+        done_before += b
+
+
+def test_dask_array_plane_refused():
+    da = pytest.importorskip("dask.array")
+    planes = U.inputs("walker", 40)
+    planes["x"] = da.from_array(planes["x"], chunks=16)
+    with pytest.raises(TypeError, match="plane 'x' of kernel 'walker' is a Array: run_until_done takes numpy planes "
+                                        r"\(a lazy Dask array: compute it"):
+        _host(U.walker).run_until_done(max_steps=5, **planes)

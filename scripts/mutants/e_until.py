@@ -52,4 +52,7 @@ MUTANTS = [
     {"name": "a kernel argument named like a keyword of run_until_done accepted", "path": "eagle/until_done.py",
      "old": "    if clash:", "new": "    if False:",
      "tests": [f"{T}::test_reserved_argument_name_refused"], "timeout": 300},
+    {"name": "every round runs every sample (no compaction)", "path": "eagle/until_done.py",
+     "old": "        idx = np.flatnonzero(running)", "new": "        idx = np.arange(len(running))",
+     "tests": [f"{T}::test_rounds_run_only_the_samples_still_running"], "timeout": 300},
 ]
