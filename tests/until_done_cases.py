@@ -52,7 +52,20 @@ def kepler(i, m: In, e: In, tol: Param, big_e: Mutable, done: Mutable, residual:
     energy[i] = math.cos(big_e[i]) * e[i]
 
 
-CASES = {"walker": walker, "kepler": kepler}
+@eagle.kernel
+def planar(i, seed: Param, pos: Mutable, t: Mutable, done: Out, dist: Out[2]):
+    """A walker in the plane (vector planes, pos[i, k]) until it leaves the unit disc."""
+    r2 = 0.0
+    for k in range(2):
+        pos[i, k] = pos[i, k] + 0.2 * er.normal(seed, i, 2 * int(t[i]) + k)
+        dist[i, k] = abs(pos[i, k]) + k * i
+        r2 += pos[i, k] * pos[i, k]
+    t[i] = t[i] + 1.0
+    if r2 > 1.0:
+        done[i] = 1.0
+
+
+CASES = {"walker": walker, "kepler": kepler, "planar": planar}
 
 
 def inputs(name, n, seed=3):
@@ -61,6 +74,8 @@ def inputs(name, n, seed=3):
     if name == "walker":
         return {"seed": 11, "up": 0.45, "bias": np.array([0.0, 0.05, -0.05, 0.02]),
                 "x": rng.integers(1, 10, size=n).astype(np.float64), "t": np.zeros(n)}
+    if name == "planar":
+        return {"seed": 5, "pos": rng.uniform(-0.5, 0.5, size=(n, 2)), "t": np.zeros(n)}
     m = rng.uniform(0.0, 2 * math.pi, size=n)
     e = rng.uniform(0.0, 0.99, size=n)
     return {"m": m, "e": e, "tol": 1e-13, "big_e": m.copy(), "done": np.zeros(n)}
@@ -78,7 +93,7 @@ def reference(kernel, planes, max_steps, done="done", steps=None, contrib=None):
         elif name in planes:
             v = outs[name] = np.array(planes[name], copy=True)
         else:
-            v = outs[name] = np.zeros(n, dtype=role.out_dtype)
+            v = outs[name] = np.zeros((n,) if role.width is None else (n, role.width), dtype=role.out_dtype)
         args.append(v)
     taken = np.zeros(n, dtype=np.int64) if steps is None else np.array(steps, dtype=np.int64)
     for i in range(n):
@@ -109,7 +124,7 @@ def flat_reference(ref):
 
 #: (case, n, max_steps, round_steps): odd n, n = 0 and 1, caps that stop some samples
 RUNS = (("walker", 0, 50, None), ("walker", 1, 400, None), ("walker", 101, 400, None), ("walker", 67, 12, 5),
-        ("kepler", 53, 60, None), ("kepler", 53, 3, 1))
+        ("kepler", 53, 60, None), ("kepler", 53, 3, 1), ("planar", 45, 30, None))
 
 
 def run_all(structure, **plan_kw):
