@@ -83,9 +83,16 @@ def _keyed(want):
     return {k.replace("/", "_"): v for k, v in want.items()}
 
 
-@pytest.mark.parametrize("env", [{"EAGLE_HOST_SIMD": "0"}, {"EAGLE_HOST_LANES": "1"}], ids=["lanes", "one"])
-def test_host_paths_same_bits(tmp_path, want, env):
+@pytest.mark.parametrize("env, path", [({"EAGLE_HOST_SIMD": "0"}, "lanes"), ({"EAGLE_HOST_LANES": "1"}, "one")],
+                         ids=["lanes", "one"])
+def test_host_paths_same_bits(tmp_path, want, env, path):
     assert_all_same(_in_process(tmp_path, "HostTeam", EAGLE_NUM_THREADS="2", **env), _keyed(want))
+    assert (tmp_path / "host_path.txt").read_text() == path
+
+
+def test_default_host_path_is_vectorised():
+    from eagle.step_kernel import loop_plugin
+    assert loop_plugin(eagle.deploy(U.walker), "done").plugin.host_path == "simd"
 
 
 def test_device_simulator_same_bits(tmp_path, want):

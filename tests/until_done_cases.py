@@ -146,6 +146,10 @@ def main(outdir, structure):
     kw = {"npartitions": 3} if structure == "HostTeam" else {"npartitions": 2}
     for key, arrays in run_all(getattr(eexec, structure), **kw).items():
         np.savez(f"{outdir}/{key.replace('/', '_')}.npz", **arrays)
+    if structure == "HostTeam":               # the host loop the rounds ran through
+        from eagle.step_kernel import loop_plugin
+        with open(f"{outdir}/host_path.txt", "w") as f:
+            f.write(loop_plugin(eagle.deploy(walker), "done").plugin.host_path)
 
 
 if __name__ == "__main__":
