@@ -20,6 +20,7 @@ from .local import DeviceKernel, HostTeam
 from .plugin import Plugin, deploy
 from .rows import check_partitions, cover, fold, is_count, n_rows, split
 from .structure import Structure
+from .until_done import run_until_done
 from .xarray_io import unwrap, wrap
 
 #: what may run a rank's or a worker's share
@@ -80,6 +81,15 @@ class Plan:
         bound = self.structure.bind(self, planes, device)
         rows = self.structure.execute(self, bound, device)
         return wrap(self.plugin, self.structure.result(self, bound, rows), labels)
+
+    def run_until_done(self, *, max_steps=None, resume=None, round_steps=None, done_plane="done", device=None, **planes):
+        """Step every sample of a *step kernel* (one step per call; ``done[i] = 1`` when the sample
+        is done, in the output plane ``done`` names) until it is done or has taken ``max_steps``
+        steps, in rounds of at most ``round_steps`` steps (16, then 4 times the last, unless given) over the
+        samples still running.  Returns an ``eagle.until_done.UntilDone``: ``planes``, ``status``,
+        ``steps``, ``cells``; ``resume=result`` continues its capped samples.  See docs/until_done.md."""
+        return run_until_done(self, plan, max_steps=max_steps, resume=resume, round_steps=round_steps, done_plane=done_plane,
+                              device=device, planes=planes)
 
     def result(self, bound, rows):
         out = {}
