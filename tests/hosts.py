@@ -216,7 +216,8 @@ def _main(spec_path):
     client.wait_for_workers(spec["workers"], timeout=60)
     workers = sorted(client.scheduler_info()["workers"])
     report = {"host": socket.gethostname(), "driver_host_id": shm.host_id(), "runs": [],
-              "worker_host_ids": client.run(shm.host_id), "scheduler": client.scheduler.address}
+              "worker_host_ids": client.run(shm.host_id), "scheduler": client.scheduler.address,
+              "worker_hosts": client.run(socket.gethostname)}
     report["local_workers"] = sorted(shm.LocalWorkers.of(client, workers))
     for i, run in enumerate(spec["runs"]):
         plugin = eagle.deploy(K.CASES[run["kernel"]][0])

@@ -28,10 +28,6 @@ def workdir():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def host_of(host_id: str) -> str:
-    return host_id.split("|")[0]
-
-
 def run_on_bed(workdir, scheduler, workers, driver, runs):
     with H.Cluster(scheduler, workers, workdir) as cluster:
         report = H.drive(driver, {"scheduler_file": cluster.file, "workers": len(workers), "runs": runs}, workdir)
@@ -56,8 +52,9 @@ def test_same_bits_across_hosts_in_numpy_and_lazy_mode(workdir, workers):
     driver = 0 if 3 in workers else 3
     report = run_on_bed(workdir, 0, workers, driver, RUNS)
     assert report["host"] == f"eagle-h{driver}"
-    seen = sorted(host_of(h) for h in report["worker_host_ids"].values())
-    assert seen == [f"eagle-h{w}" for w in workers], "each worker on its own host"
+    assert sorted(report["worker_hosts"].values()) == [f"eagle-h{w}" for w in workers], "a worker per host"
+    ids = [report["driver_host_id"], *report["worker_host_ids"].values()]
+    assert len(set(ids)) == len(ids), f"two hosts with one host id: {ids}"
     assert report["local_workers"] == [], "a worker of another host taken for the driver's"
     for run, out in zip(report["runs"], report["outputs"]):
         check_bits(run["kernel"], out)
@@ -79,7 +76,7 @@ def test_a_worker_on_the_drivers_host_maps_segments_and_one_elsewhere_never_does
     through /dev/shm (the driver's), the second takes the messages and opens none; same bits."""
     runs = [{"kernel": "reductions", "mode": "numpy", "n": N}, {"kernel": "oscillator", "mode": "numpy", "n": N}]
     report = run_on_bed(workdir, 0, [1, 2], 1, runs)
-    where = {a: host_of(h) for a, h in report["worker_host_ids"].items()}
+    where = report["worker_hosts"]
     assert sorted(where.values()) == ["eagle-h1", "eagle-h2"]
     assert [where[a] for a in report["local_workers"]] == ["eagle-h1"]
     for run, out in zip(report["runs"], report["outputs"]):
