@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from eagle.bits import as_dict
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIR = "/run/eagle-hosts"
 SWITCH = "eagle-sw"
@@ -148,22 +150,38 @@ class Cluster:
                 p.wait(timeout=10)
 
 
-def drive(host: int, spec: dict, workdir: str, timeout: float = 240) -> dict:
-    """Run the driver on host ``host`` with ``spec`` (see ``_main``); its report, with the outputs
-    of run ``i`` under ``report["outputs"][i]``."""
+def start_driver(host: int, spec: dict, workdir: str) -> subprocess.Popen:
+    """The driver on host ``host`` with ``spec`` (see ``_main``), started (its output a pipe)."""
     path = os.path.join(workdir, "spec.json")
     with open(path, "w") as f:
         json.dump({**spec, "workdir": workdir}, f)
-    proc = subprocess.run(on(host, [sys.executable, "-m", "tests.hosts", path]), capture_output=True, text=True,
-                          env=env(), cwd=ROOT, timeout=timeout)
-    assert proc.returncode == 0, f"the driver on eagle-h{host} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return subprocess.Popen(on(host, [sys.executable, "-m", "tests.hosts", path]), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT, start_new_session=True)
+
+
+def read_report(workdir: str, n_runs: int) -> dict:
+    """The driver's report, with the outputs of run ``i`` under ``report["outputs"][i]``."""
     with open(os.path.join(workdir, "report.json")) as f:
         report = json.load(f)
     report["outputs"] = []
-    for i in range(len(spec["runs"])):
+    for i in range(n_runs):
         with np.load(os.path.join(workdir, f"run{i}.npz")) as z:
             report["outputs"].append({k: z[k] for k in z.files})
-    report["stdout"] = proc.stdout
+    return report
+
+
+def drive(host: int, spec: dict, workdir: str, timeout: float = 240) -> dict:
+    """Run the driver on host ``host`` with ``spec`` to its end; its report (``read_report``)."""
+    proc = start_driver(host, spec, workdir)
+    try:
+        out = proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        _killpg(proc)
+        raise AssertionError(f"the driver on eagle-h{host} did not end within {timeout} s: "
+                             f"{proc.communicate()[0][-3000:]}") from None
+    assert proc.returncode == 0, f"the driver on eagle-h{host} failed:\n{out[-5000:]}"
+    report = read_report(workdir, len(spec["runs"]))
+    report["stdout"] = out
     return report
 
 
@@ -172,32 +190,38 @@ def _nbytes(planes) -> int:
     return sum(v.nbytes for v in planes.values() if isinstance(v, np.ndarray) and v.ndim > 0)
 
 
-def _numpy_run(plan, kernels, name, n):
-    planes = kernels.inputs(name, n)
+def planes_of(kernels, run) -> dict:
+    """The inputs of ``run`` (tests.kernels' for its kernel, ``steps`` overridden where given)."""
+    planes = kernels.inputs(run["kernel"], run["n"])
+    if "steps" in run:
+        planes["steps"] = run["steps"]
+    return planes
+
+
+def _numpy_run(plan, planes):
     before_in = _nbytes(planes)
     b0 = switch_bytes()
     t0 = time.perf_counter()
-    out = kernels.as_dict(plan.plugin, plan.run(**planes))
+    out = as_dict(plan.plugin, plan.run(**planes))
     seconds = time.perf_counter() - t0
     moved = switch_bytes() - b0
     return out, moved, before_in + _nbytes(out), seconds
 
 
-def _lazy_run(plan, kernels, name, n, chunks, client):
+def _lazy_run(plan, planes, chunks):
     import dask
     import dask.array as da
     from distributed import wait
     planes = {k: (da.from_array(v, chunks=(chunks,) + v.shape[1:]).persist() if isinstance(v, np.ndarray) else v)
-              for k, v in kernels.inputs(name, n).items()}
+              for k, v in planes.items()}
     wait([v for v in planes.values() if isinstance(v, da.Array)], timeout=120)   # inputs on the workers first
     b0 = switch_bytes()
     t0 = time.perf_counter()
-    res = kernels.as_dict(plan.plugin, plan.run(**planes))
+    res = as_dict(plan.plugin, plan.run(**planes))
     keys = sorted(res)
     out = {k: np.asarray(v) for k, v in zip(keys, dask.compute(*[res[k] for k in keys]))}
     seconds = time.perf_counter() - t0
     moved = switch_bytes() - b0
-    del client
     return out, moved, _nbytes(out), seconds
 
 
@@ -222,13 +246,14 @@ def _main(spec_path):
     for i, run in enumerate(spec["runs"]):
         plugin = eagle.deploy(K.CASES[run["kernel"]][0])
         client.run(shm.clear_opened)
+        print(f"START {i}", flush=True)
         if run["mode"] == "numpy":
             plan = eplan.plan(plugin, structure=eagle_dask.DaskPartition.on(client, progress=False))
-            out, moved, plane_bytes, seconds = _numpy_run(plan, K, run["kernel"], run["n"])
+            out, moved, plane_bytes, seconds = _numpy_run(plan, planes_of(K, run))
         else:
             plan = eplan.plan(plugin, structure=eagle_dask.DaskPartition.on(client, progress=False,
                                                                              min_block=run.get("min_block")))
-            out, moved, plane_bytes, seconds = _lazy_run(plan, K, run["kernel"], run["n"], run["chunks"], client)
+            out, moved, plane_bytes, seconds = _lazy_run(plan, planes_of(K, run), run["chunks"])
         np.savez(os.path.join(spec["workdir"], f"run{i}.npz"), **out)
         report["runs"].append({**run, "moved": moved, "plane_bytes": plane_bytes, "seconds": seconds,
                                "opened": {a: len(v) for a, v in client.run(shm.opened).items()}})
