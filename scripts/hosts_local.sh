@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A bed of several "hosts" on this machine, for the tests marked `hosts` (run as root, e.g. by CI).
 #
-#   bash scripts/hosts_local.sh up [N]          # N hosts (default 3, at most 4); prints HOSTS_READY
+#   bash scripts/hosts_local.sh up [N]          # N hosts (default 3, at most 5); prints HOSTS_READY
 #   bash scripts/hosts_local.sh down            # removes everything (idempotent, whatever state it is in)
 #   bash scripts/hosts_local.sh run HOST CMD... # runs CMD on HOST (eagle-h1, h1 or 1)
 #   bash scripts/hosts_local.sh status          # the hosts, their addresses and links
@@ -22,7 +22,7 @@ SW=eagle-sw
 NET=${EAGLE_HOSTS_NET:-10.213.77}
 RATE=${EAGLE_HOSTS_RATE:-1gbit}
 DELAY=${EAGLE_HOSTS_DELAY:-200us}
-MAX=4
+MAX=5
 
 host_index() {
     local h=${1#eagle-}
@@ -115,7 +115,7 @@ down() {
 
 status() {
     local i
-    for i in 0 1 2 3; do
+    for i in $(seq 0 $((MAX - 1))); do
         [ -e "/run/netns/eagle-h$i" ] || continue
         echo "eagle-h$i: $(nsenter $(enter "$i") hostname) $(ip -n "eagle-h$i" -br addr show eth0)"
         ip -n "eagle-h$i" -s link show eth0 | sed -n '3,6p'

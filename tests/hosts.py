@@ -225,6 +225,15 @@ def _lazy_run(plan, planes, chunks):
     return out, moved, _nbytes(out), seconds
 
 
+def _opened(client, shm) -> dict:
+    """{worker address: segments it opened during the run}, from the workers that answer within 10 s."""
+    try:
+        got = client.sync(client._run, shm.opened, on_error="return", callback_timeout=10)
+    except Exception:  # noqa: BLE001 - a stopped worker: no answers
+        return {}
+    return {a: len(v) for a, v in got.items() if isinstance(v, list)}
+
+
 def _main(spec_path):
     import socket
 
@@ -256,14 +265,15 @@ def _main(spec_path):
             out, moved, plane_bytes, seconds = _lazy_run(plan, planes_of(K, run), run["chunks"])
         np.savez(os.path.join(spec["workdir"], f"run{i}.npz"), **out)
         report["runs"].append({**run, "moved": moved, "plane_bytes": plane_bytes, "seconds": seconds,
-                               "opened": {a: len(v) for a, v in client.run(shm.opened).items()}})
+                               "opened": _opened(client, shm)})
         print(f"{run['mode']} {run['kernel']} n={run['n']}: {moved} bytes on the links, {plane_bytes} plane "
               f"bytes, {moved / max(plane_bytes, 1):.2f} per plane byte, {seconds:.2f} s", flush=True)
     with open(os.path.join(spec["workdir"], "report.json"), "w") as f:
         json.dump(report, f)
-    if spec.get("shutdown", True):
-        with contextlib.suppress(Exception):
-            client.shutdown()
+    if not spec.get("shutdown", True):
+        os._exit(0)           # a worker may be stopped: no goodbyes (the caller ends the cluster)
+    with contextlib.suppress(Exception):
+        client.shutdown()
 
 
 if __name__ == "__main__":

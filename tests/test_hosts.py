@@ -58,6 +58,7 @@ def test_same_bits_across_hosts_in_numpy_and_lazy_mode(workdir, workers):
     assert report["local_workers"] == [], "a worker of another host taken for the driver's"
     for run, out in zip(report["runs"], report["outputs"]):
         check_bits(run["kernel"], out)
+        assert sorted(run["opened"]) == sorted(report["worker_hosts"]), "a worker did not say what it opened"
         assert set(run["opened"].values()) == {0}, f"{run}: a worker on another host opened a segment"
         if run["plane_bytes"] == 0:          # a lazy run of cells alone: no output plane to compare with
             print(f"{len(workers)} worker host(s), {run['mode']} {run['kernel']}: {run['moved']} bytes on the links")
