@@ -133,11 +133,22 @@ class Cluster:
             raise
         return self
 
+    def _ranks(self) -> list:
+        """The processes of this cluster's ranks: on its hosts, naming its scheduler file."""
+        pids = []
+        for h in self.hosts:
+            out = subprocess.run(["ip", "netns", "pids", f"eagle-h{h}"], capture_output=True, text=True, timeout=20)
+            for pid in map(int, out.stdout.split()):
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if self.file.encode() in f.read():
+                        pids.append(pid)
+        return pids
+
     def wait(self, timeout: float) -> bool:
         """Whether every process of the cluster ended within ``timeout`` seconds."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if all(p.poll() is not None for p in self.procs):
+            if all(p.poll() is not None for p in self.procs) and not self._ranks():
                 return True
             time.sleep(0.2)
         return False
@@ -145,6 +156,9 @@ class Cluster:
     def __exit__(self, *exc):
         for p in self.procs:
             _killpg(p)
+        for pid in self._ranks():          # hydra's proxies start the ranks in groups of their own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         for p in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=10)
