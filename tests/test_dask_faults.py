@@ -299,7 +299,9 @@ def test_a_hung_worker_is_given_up_after_stall_timeout_with_the_same_bits(transp
         monkeypatch.setenv("EAGLE_DASK_SHM", "0")
     plugin = eagle.deploy(oscillator)
     make = CASES["sliced"][1]
+    t0 = time.monotonic()
     ref = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**make()))
+    one = time.monotonic() - t0          # the whole run in this process: about a block on a worker
     stopped = []
     with eagle_dask.local_cluster(n_workers=2) as client:
         try:
@@ -322,7 +324,9 @@ def test_a_hung_worker_is_given_up_after_stall_timeout_with_the_same_bits(transp
                 proc.send_signal(signal.SIGCONT)
     assert "error" not in box, repr(box.get("error"))
     assert K.same_bits(ref, K.as_dict(plugin, box["out"]))
-    assert box["seconds"] < STALL + 25, box["seconds"]
+    # the stall bound, the other worker's own block, the block rerun there, and the polls (a bound
+    # relative to this machine's speed now: the time the whole run took in this process)
+    assert box["seconds"] < STALL + 4 * one + 10, (box["seconds"], one)
 
 
 def test_stall_timeout_is_checked():
