@@ -17,7 +17,7 @@ def _demo(args):
 def _connect(args):
     if args.scheduler_file:
         from . import connect
-        return connect(args.scheduler_file), False
+        return connect(args.scheduler_file, security=False if args.no_tls else None), False
     if args.address:
         from .cluster import new_client
         return new_client(None, args.address), False
@@ -87,6 +87,8 @@ def parser():
     i = sub.add_parser("info", help="ranks, workers and GPUs of a cluster (default: a new local cluster)")
     i.add_argument("--scheduler-file", default=None, help="the file of an `eagle-dask cluster` (joined with "
                                                          "eagle_dask.connect: its credentials lie beside it)")
+    i.add_argument("--no-tls", action="store_true", help="the scheduler file names a tcp:// cluster started "
+                                                         "with --no-tls (without it, only tls:// is trusted)")
     i.add_argument("--address", default=None)
     i.add_argument("--workers", type=int, default=None)
     i.set_defaults(func=_info)

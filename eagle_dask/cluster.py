@@ -362,6 +362,8 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
     async def scheduler():
         async with Scheduler(interface=interface, dashboard=dashboard, dashboard_address=dashboard_address,
                              security=sec) as s:
+            if os.path.lexists(client_file):
+                tls.add_address(client_file, s.address)
             tls.write_private(scheduler_file, json.dumps(s.identity(), indent=2))
             comm.bcast(s.address, root=0)
             await s.finished()
@@ -383,31 +385,46 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
         asyncio.run(worker(comm.bcast(None, root=0)))
 
 
-def connect(scheduler_file, *, timeout=60, **kwargs):
-    """A ``Client`` of the cluster :func:`serve` (``eagle-dask cluster``) runs, with its credentials.
+def connect(target, *, timeout=60, security=None, **kwargs):
+    """A ``Client`` of an eagle cluster, with its credentials: ``target`` is a scheduler file or an address.
 
-    Reads the address from ``scheduler_file`` and the client's certificate from
-    ``scheduler_file + ".credentials.json"`` (which must be yours and mode 0600), waiting up to
-    ``timeout`` seconds for the cluster to write them.  ``distributed.Client(scheduler_file=F)``
-    alone has no certificate, and the cluster refuses it.  Keyword arguments go to ``Client``.
+    A scheduler file (of ``eagle-dask cluster``, :func:`serve` or ``local_cluster(scheduler_file=F)``)
+    must be yours, not a link, mode 0600, and name a ``tls://`` address; the client's certificate
+    (and the address) come from ``F + ".credentials.json"`` (yours, mode 0600).  A file another
+    user wrote is refused before anything connects.  It waits up to ``timeout`` seconds for the
+    cluster to write the file.  An address (``"tls://127.0.0.1:8786"``) needs ``security=`` (a
+    ``distributed.Security``; ``False`` for a ``tcp://`` cluster started with ``--no-tls``).
+
+    A plain ``distributed.Client(address)`` or ``Client(scheduler_file=F)`` has no certificate: it
+    fails with ``TypeError: TLS expects a ssl_context ...`` or is refused by the cluster -- use
+    ``eagle_dask.connect(F)``.  Keyword arguments go to ``Client``.
     """
     import time
 
-    scheduler_file = os.path.expanduser(os.fspath(scheduler_file))
+    tls.check(security, "connect")
+    target = os.path.expanduser(os.fspath(target))
+    if "://" in target:
+        return new_client(None, _address_security(target, security), security=security or None, timeout=timeout,
+                          **kwargs)
     end = time.monotonic() + timeout
-    while not os.path.exists(scheduler_file):
+    while not os.path.lexists(target):
         if time.monotonic() > end:
-            raise TimeoutError(f"eagle_dask.connect: no scheduler file {scheduler_file} after {timeout} s: is "
-                               f"`mpirun -np N eagle-dask cluster --scheduler-file {scheduler_file}` running?")
+            raise TimeoutError(f"eagle_dask.connect: no scheduler file {target} after {timeout} s: is "
+                               f"`mpirun -np N eagle-dask cluster --scheduler-file {target}` running? (an "
+                               "address is given as tls://host:port)")
         time.sleep(0.1)
-    with open(scheduler_file) as f:
-        address = json.load(f)["address"]
-    creds = tls.credentials_path(scheduler_file)
-    if address.startswith("tls://"):
-        if not os.path.exists(creds):
-            raise FileNotFoundError(f"eagle_dask.connect: the cluster at {address} runs mutual TLS and its "
-                                    f"client credentials {creds} are missing: they are written beside the "
-                                    "scheduler file by the `eagle-dask cluster` that wrote it")
-        kwargs.setdefault("security", tls.read_client_credentials(creds))
+    address, sec = tls.read_scheduler_file(target, security)
     kwargs.setdefault("timeout", max(1, end - time.monotonic()))
-    return new_client(None, address, **kwargs)
+    return new_client(None, address, security=sec, **kwargs)
+
+
+def _address_security(address, security):
+    """The ``Client`` arguments (address, security=) for ``connect(address, security=...)``."""
+    if security is None:
+        raise ValueError(f"eagle_dask.connect({address!r}): an address carries no credentials: pass the scheduler "
+                         "file instead (connect(F), its credentials lie beside it), or security=distributed."
+                         "Security(...) with the cluster's client certificate (False for a tcp:// cluster)")
+    if security is not False and not address.startswith("tls://"):
+        raise ValueError(f"eagle_dask.connect({address!r}, security=...): a cluster with credentials listens on "
+                         "tls://; for a plain tcp:// cluster pass security=False")
+    return address

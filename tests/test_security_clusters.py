@@ -280,7 +280,8 @@ def _cluster(tmp_path, *flags):
     while not sched.exists() and proc.poll() is None and time.monotonic() < end:
         time.sleep(0.2)
     assert sched.exists(), proc.stdout.read() if proc.poll() is not None else "no scheduler file"
-    with eagle_dask.connect(sched) as client:          # the workers join after the file is written
+    plain = "--no-tls" in flags
+    with eagle_dask.connect(sched, security=False if plain else None) as client:   # workers join after the file
         client.wait_for_workers(2, timeout=180)
     return proc, sched
 
@@ -325,7 +326,8 @@ def test_info_uses_the_credentials_and_aligns_its_columns(tmp_path, plain):
         assert os.path.exists(tls.credentials_path(sched)) is not plain
         scheme = "tcp" if plain else "tls"
         assert json.loads(sched.read_text())["address"].startswith(f"{scheme}://127.0.0.1:")
-        out = subprocess.run([sys.executable, "-m", "eagle_dask", "info", "--scheduler-file", str(sched)],
+        out = subprocess.run([sys.executable, "-m", "eagle_dask", "info", "--scheduler-file", str(sched),
+                              *(["--no-tls"] if plain else [])],
                              capture_output=True, text=True, timeout=180, cwd=ROOT, env=loopback_env())
         assert out.returncode == 0, out.stdout + out.stderr
         lines = out.stdout.splitlines()
@@ -335,7 +337,7 @@ def test_info_uses_the_credentials_and_aligns_its_columns(tmp_path, plain):
         for col in ("name", "host", "address", "GPU"):     # each header starts where its column does
             at = table[0].index(col)
             assert all(row[at - 2:at] == "  " and row[at] != " " for row in table[1:]), table
-        with eagle_dask.connect(sched) as client:
+        with eagle_dask.connect(sched, security=False if plain else None) as client:
             client.shutdown()
         assert proc.wait(timeout=120) == 0
     finally:
