@@ -24,9 +24,11 @@ import json
 import logging
 import os
 import sys
+import weakref
 
 from eagle.host import cpu_count
 
+from . import scratch
 from . import security as tls
 from .ranks import gpu_ids
 from .warm import preloads
@@ -64,7 +66,7 @@ def new_client(cls=None, *args, **kwargs):
             gc.enable()
 
 
-def _owning_client(cluster):
+def _owning_client(cluster, place=None):
     from distributed import Client
 
     class OwningClient(Client):
@@ -78,7 +80,11 @@ def _owning_client(cluster):
             finally:
                 if not self._eagle_cluster_closed:
                     self._eagle_cluster_closed = True
-                    cluster.close()
+                    try:
+                        cluster.close()
+                    finally:
+                        if place is not None:
+                            place.remove()
 
         def __del__(self):
             # at garbage collection, closing the cluster can deadlock a client being started in
@@ -145,15 +151,28 @@ def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **k
     kwargs["preload"] = preloads(kwargs.get("preload"))
     kwargs.setdefault("host", LOOPBACK)
     kwargs.setdefault("dashboard_address", f"{LOOPBACK}:0")
+    place = scratch.private(kwargs.pop("local_directory", None), "local_cluster")
+    try:
+        cluster = _start_local(n_workers, threads, env, place, kwargs)
+    except BaseException:
+        place.remove()
+        raise
+    weakref.finalize(cluster, place.remove)
+    return _owning_client(cluster, place)
+
+
+def _start_local(n_workers, threads, env, place, kwargs):
+    """The cluster of :func:`local_cluster`, its scheduler and workers in ``place`` (a private directory)."""
+    kwargs["local_directory"] = place.path
+    kwargs["scheduler_kwargs"] = {"local_directory": place.path, **(kwargs.get("scheduler_kwargs") or {})}
+    env = {**place.env(), **env}
     if cuda_workers_available():
         from dask_cuda import LocalCUDACluster
-        cluster = LocalCUDACluster(n_workers=n_workers, threads_per_worker=threads, env=env, **kwargs)
-    else:
-        from distributed import LocalCluster
-        kwargs.setdefault("silence_logs", logging.ERROR)
-        cluster = LocalCluster(n_workers=n_workers or cpu_count(), threads_per_worker=threads, processes=True,
-                               env=env, **kwargs)
-    return _owning_client(cluster)
+        return LocalCUDACluster(n_workers=n_workers, threads_per_worker=threads, env=env, **kwargs)
+    from distributed import LocalCluster
+    kwargs.setdefault("silence_logs", logging.ERROR)
+    return LocalCluster(n_workers=n_workers or cpu_count(), threads_per_worker=threads, processes=True,
+                        env=env, **kwargs)
 
 
 # -- under mpirun ------------------------------------------------------------------------

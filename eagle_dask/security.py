@@ -228,9 +228,9 @@ def read_private(path, what):
             raise PermissionError(f"{what} {path} is not a regular file: it is not read")
         if st.st_uid != os.getuid() or st.st_mode & 0o077:
             raise PermissionError(f"{what} {path} is mode {stat.S_IMODE(st.st_mode):04o}, owned by uid {st.st_uid}: "
-                                  f"it must be yours and readable by you only (mode 0600, as eagle writes it); "
-                                  "another user may have written it, so it is not trusted: restart the cluster "
-                                  "with the file in a directory only you write to")
+                                  f"it must be yours and readable by you only (chmod 600, as eagle writes it); "
+                                  "another user may have written or read it, so it is not trusted: restart the "
+                                  "cluster with its file in a directory only you write to")
         return f.read(1 << 20).decode()
 
 
