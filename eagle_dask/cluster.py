@@ -313,8 +313,13 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
     interface, dashboard_address = _network(comm, interface, dashboard_address)
     gpu = _pin_gpu(comm, 2)
     wclass, opts, threads = _worker_class(worker_class, nthreads, worker_options, gpu)
+    place = None
+    if comm.Get_rank() != 1:                    # the scheduler's and each worker's files: 0700, their own
+        place = scratch.private(local_directory, "initialize")
+    elif local_directory is not None:
+        scratch.check_given(local_directory, "initialize")
     fields = _share_credentials(comm, security, "initialize", _roles_for_initialize(size))
-    is_client = _dask_mpi(fields, interface=interface, nthreads=threads, local_directory=local_directory,
+    is_client = _dask_mpi(fields, place, interface=interface, nthreads=threads,
                           memory_limit=memory_limit, dashboard=dashboard, dashboard_address=dashboard_address,
                           protocol=protocol, worker_class=wclass, worker_options=opts, comm=comm, exit=False)
     if not is_client:
@@ -328,21 +333,23 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
     return client
 
 
-def _dask_mpi(fields, **kwargs):
+def _dask_mpi(fields, place, **kwargs):
     """``dask_mpi.initialize`` with this rank's credentials in dask's config (where its scheduler and
-    workers read them): for the cluster's ranks while they run, for rank 1 from now on."""
+    workers read them): for the cluster's ranks while they run, in ``place`` (their private directory,
+    removed when they end), for rank 1 (``place`` None) from now on."""
     import dask
     import dask_mpi
-    if not fields:
-        return dask_mpi.initialize(**kwargs)
-    config = tls.as_config(fields)
-    if kwargs.get("protocol") is None:
+    config = tls.as_config(fields) if fields else {}
+    if fields and kwargs.get("protocol") is None:
         kwargs["protocol"] = "tls"       # dask-mpi's listeners, given an interface, would pick tcp
-    if fields["role"] == "client":
+    if place is None:
         dask.config.set(config)
         return dask_mpi.initialize(**kwargs)
-    with dask.config.set(config):
-        return dask_mpi.initialize(**kwargs)
+    try:
+        with dask.config.set({**config, **place.config()}):
+            return dask_mpi.initialize(local_directory=place.path, **kwargs)
+    finally:
+        place.remove()
 
 
 def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboard_address=None,
@@ -378,9 +385,11 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
     fields = _share_credentials(comm, security, "serve", ["scheduler"] + ["worker"] * (size - 1), client_file)
     sec = tls.from_fields(fields) if fields else None
 
+    place = scratch.private(local_directory, "serve")       # every rank's own files, 0700
+
     async def scheduler():
         async with Scheduler(interface=interface, dashboard=dashboard, dashboard_address=dashboard_address,
-                             security=sec) as s:
+                             security=sec, local_directory=place.path) as s:
             if os.path.lexists(client_file):
                 tls.add_address(client_file, s.address)
             tls.write_private(scheduler_file, json.dumps(s.identity(), indent=2))
@@ -390,18 +399,28 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
     async def worker(address):
         cls = import_term(wclass)
         async with cls(address, interface=interface, nthreads=threads, name=rank, memory_limit=memory_limit,
-                       local_directory=local_directory, security=sec, **opts) as w:
+                       local_directory=place.path, security=sec, **opts) as w:
             await w.finished()
 
-    if rank == 0:
-        try:
-            asyncio.run(scheduler())
-        finally:
-            for path in (scheduler_file, client_file):
-                if os.path.isfile(path) and os.stat(path).st_uid == os.getuid():
-                    os.unlink(path)
-    else:
-        asyncio.run(worker(comm.bcast(None, root=0)))
+    import dask
+    try:
+        with dask.config.set(place.config()):
+            if rank == 0:
+                _run_scheduler(scheduler, (scheduler_file, client_file))
+            else:
+                asyncio.run(worker(comm.bcast(None, root=0)))
+    finally:
+        place.remove()
+
+
+def _run_scheduler(scheduler, files):
+    """Run ``scheduler()`` to its end, then remove ``files`` (the scheduler file, the credentials) if ours."""
+    try:
+        asyncio.run(scheduler())
+    finally:
+        for path in files:
+            if os.path.isfile(path) and os.stat(path).st_uid == os.getuid():
+                os.unlink(path)
 
 
 def connect(target, *, timeout=60, security=None, **kwargs):

@@ -103,3 +103,17 @@ def unsafe_parts(path):
         if parent == path:
             return out
         path = parent
+
+
+def worker_unsafe_parts(dask_worker):
+    """:func:`unsafe_parts` of a worker's directory (run on the worker: ``client.run``)."""
+    return unsafe_parts(dask_worker.local_directory)
+
+
+def warnings_for(client):
+    """One line per worker whose directory another user of its host could change (empty when none)."""
+    found = client.run(worker_unsafe_parts)
+    return [f"warning: worker {addr}: its directory is on sys.path and another user can write to "
+            f"{', '.join(parts)}: code put there runs as you; restart the workers with local_directory= a "
+            "directory only you can write (eagle_dask.local_cluster makes one)" for addr, parts in sorted(found.items())
+            if parts]

@@ -166,3 +166,27 @@ def test_unsafe_parts_name_directories_others_can_write(tmp_path):
     assert scratch.unsafe_parts(str(inner)) == []          # a sticky parent cannot swap our entry
     os.chmod(d, 0o777)
     assert scratch.unsafe_parts(str(inner)) == [f"{d} (mode 0777, uid {os.getuid()})"]
+
+
+def test_info_warns_when_a_worker_directory_is_writable_by_others(tmp_path):
+    from distributed import Client, LocalCluster
+
+    from eagle_dask import cli
+    bad = tmp_path / "open"
+    bad.mkdir()
+    os.chmod(bad, 0o777)
+    with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1", dashboard_address=None,
+                      local_directory=str(bad)) as cluster, Client(cluster) as client:
+        lines = scratch.warnings_for(client)
+        assert len(lines) == 1 and f"another user can write to {bad} (mode 0777" in lines[0], lines
+        assert "local_directory=" in lines[0] and len(lines[0]) < 400
+        out = subprocess.run([sys.executable, "-m", "eagle_dask", "info", "--address", cluster.scheduler_address],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT, env=loopback_env())
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert f"another user can write to {bad}" in out.stderr
+    good = tmp_path / "mine"
+    good.mkdir(mode=0o700)
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None,
+                      local_directory=str(good)) as cluster, Client(cluster) as client:
+        assert scratch.warnings_for(client) == []
+    assert cli.columns                      # the command's module imports

@@ -86,6 +86,19 @@ def same_bits_on(client):
     return K.same_bits(ref, got)
 
 
+def private_places(client):
+    """The directories holding the scheduler's and each worker's files: each fresh, yours, mode 0700."""
+    dirs = list(client.run(lambda dask_worker: dask_worker.local_directory).values())
+    dirs.append(client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.local_directory))
+    places = sorted({os.path.dirname(os.path.dirname(d)) if "dask-scratch-space" in d else None for d in dirs})
+    assert None not in places and len(places) == len(dirs), dirs           # one per process, not shared
+    for p in places:
+        st = os.lstat(p)
+        assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid(), p
+        assert os.path.basename(p).startswith("eagle-dask-"), p
+    return places
+
+
 # -- local_cluster -------------------------------------------------------------------------
 def test_local_cluster_refuses_intruders_and_serves_its_client(tmp_path):
     client = eagle_dask.local_cluster(n_workers=2, threads_per_worker=1)
@@ -271,6 +284,10 @@ def test_initialize_under_mpi_refuses_intruders(tmp_path):
     assert_all_refused(attempts, markers, ports, HOSTILE, http, dask_ports=3)   # scheduler, 2 workers
     assert res["same"] is True
     assert len(res["workers"]) == 2
+    places = res["places"]                  # each rank's files in a 0700 directory of its own, removed at exit
+    assert len(places) == 3 and all(d.count("/dask-scratch-space/") == 1 for d in res["dirs"]), res["dirs"]
+    assert all(os.path.basename(p).startswith("eagle-dask-") and int(m, 8) == 0o40700 for p, m in places.items())
+    assert [p for p in places if os.path.exists(p)] == []
 
 
 def _cluster(tmp_path, *flags):
@@ -311,9 +328,11 @@ def test_cluster_command_refuses_intruders_and_connect_gets_in(tmp_path):
                                            "control")
             assert [a["how"] for a in attempts if a["ok"]] == ["client", "raw"], attempts
             assert len(markers) == 2 + 1 + 1 + 1, markers    # run on both workers, submit, scheduler, raw
+            places = private_places(client)
             client.shutdown()
         assert proc.wait(timeout=120) == 0, proc.stdout.read()
         assert not sched.exists() and not os.path.exists(creds)
+        assert [p for p in places if os.path.exists(p)] == []      # each rank's directory removed at the end
     finally:
         _stop(proc)
 
