@@ -30,6 +30,8 @@ from eagle.host import cpu_count
 
 from . import scratch
 from . import security as tls
+from .main_guard import refuse_unguarded
+from .published import publish, unpublish
 from .ranks import gpu_ids
 from .warm import preloads
 
@@ -66,7 +68,7 @@ def new_client(cls=None, *args, **kwargs):
             gc.enable()
 
 
-def _owning_client(cluster, place=None):
+def _owning_client(cluster, cleanup=None):
     from distributed import Client
 
     class OwningClient(Client):
@@ -83,8 +85,8 @@ def _owning_client(cluster, place=None):
                     try:
                         cluster.close()
                     finally:
-                        if place is not None:
-                            place.remove()
+                        if cleanup is not None:
+                            cleanup()
 
         def __del__(self):
             # at garbage collection, closing the cluster can deadlock a client being started in
@@ -134,6 +136,13 @@ def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **k
     as given.  ``False`` is plain TCP with no authentication: any user of this machine who finds
     a port (``/proc/net/tcp`` lists them) can connect and run code as you on the scheduler and
     every worker.
+
+    ``scheduler_file=F`` writes ``F`` (the address) and ``F.credentials.json`` (the client's
+    certificate), both mode 0600 and removed at close, as ``eagle-dask cluster`` does: another
+    process of yours joins with ``eagle_dask.connect(F)`` (a plain ``distributed.Client`` has no
+    certificate).  The scheduler and workers keep their files in a fresh 0700 directory of their own,
+    removed at close (``local_directory=``: one of yours that nobody else can write).  In a script,
+    call it under ``if __name__ == "__main__":`` (the workers re-import the script).
     """
     n_workers = _count(n_workers, "n_workers", "the number of worker processes: an integer >= 1, or None for "
                                                "one per CPU (one per GPU with dask-cuda)")
@@ -151,14 +160,27 @@ def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **k
     kwargs["preload"] = preloads(kwargs.get("preload"))
     kwargs.setdefault("host", LOOPBACK)
     kwargs.setdefault("dashboard_address", f"{LOOPBACK}:0")
+    refuse_unguarded(inspect.currentframe().f_back, "local_cluster")
+    scheduler_file = kwargs.pop("scheduler_file", None)
     place = scratch.private(kwargs.pop("local_directory", None), "local_cluster")
+    written = []
+
+    def cleanup():
+        unpublish(written)
+        place.remove()
+
+    cluster = None
     try:
         cluster = _start_local(n_workers, threads, env, place, kwargs)
+        if scheduler_file is not None:
+            written += publish(scheduler_file, cluster.scheduler_address, sec)
     except BaseException:
-        place.remove()
+        if cluster is not None:
+            cluster.close()
+        cleanup()
         raise
-    weakref.finalize(cluster, place.remove)
-    return _owning_client(cluster, place)
+    weakref.finalize(cluster, cleanup)
+    return _owning_client(cluster, cleanup)
 
 
 def _start_local(n_workers, threads, env, place, kwargs):
