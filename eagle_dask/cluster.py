@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import inspect
-import json
 import logging
 import os
 import sys
@@ -31,7 +30,7 @@ from eagle.host import cpu_count
 from . import scratch
 from . import security as tls
 from .main_guard import refuse_unguarded
-from .published import publish, unpublish
+from .published import identity, publish, unpublish
 from .ranks import gpu_ids
 from .warm import preloads
 
@@ -414,7 +413,8 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
                              security=sec, local_directory=place.path) as s:
             if os.path.lexists(client_file):
                 tls.add_address(client_file, s.address)
-            tls.write_private(scheduler_file, json.dumps(s.identity(), indent=2))
+            ident = s.identity()
+            tls.write_private(scheduler_file, identity(ident.pop("address"), **ident))
             comm.bcast(s.address, root=0)
             await s.finished()
 

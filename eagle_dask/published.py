@@ -13,6 +13,16 @@ import os
 from . import security as tls
 
 
+#: in every scheduler file eagle writes, for whoever reads it (distributed reads the address only)
+JOIN_NOTE = ("an eagle cluster with mutual TLS: join with eagle_dask.connect(this file), which reads the "
+             "certificate beside it; a plain distributed.Client has none (TypeError: TLS expects a ssl_context)")
+
+
+def identity(address, **more):
+    """The scheduler file's content: the address, and how to join."""
+    return json.dumps({"type": "Scheduler", "address": address, **more, "eagle": JOIN_NOTE}, indent=2)
+
+
 def publish(scheduler_file, address, security):
     """Write ``scheduler_file`` (and the credentials beside it when ``security`` is a ``Security``);
     returns the paths written, for :func:`unpublish`."""
@@ -24,7 +34,7 @@ def publish(scheduler_file, address, security):
             tls.write_client_credentials(creds, security)
             written.append(creds)
             tls.add_address(creds, address)
-        tls.write_private(path, json.dumps({"type": "Scheduler", "address": address}, indent=2))
+        tls.write_private(path, identity(address))
         written.append(path)
     except BaseException:
         unpublish(written)

@@ -21,12 +21,8 @@ import pytest
 pytest.importorskip("distributed")
 pytest.importorskip("cryptography")
 
-import eagle  # noqa: E402
-import eagle.exec as eexec  # noqa: E402
 import eagle_dask  # noqa: E402
-from eagle import plan as eplan  # noqa: E402
 from eagle_dask import security as tls  # noqa: E402
-from tests import kernels as K  # noqa: E402
 from tests.launch import ROOT, loopback_env  # noqa: E402
 
 NOTEBOOK = r'''
@@ -68,6 +64,7 @@ def test_a_second_process_joins_a_local_cluster_through_its_scheduler_file(tmp_p
             client.run(lambda dask_worker: dask_worker.local_directory).values()))))
         assert _mode(sched) == 0o600 and _mode(creds) == 0o600
         assert json.loads(sched.read_text())["address"] == client.scheduler.address
+        assert "join with eagle_dask.connect(this file)" in json.loads(sched.read_text())["eagle"]
         assert json.loads(open(creds).read())["address"] == client.scheduler.address
         proc = subprocess.run([sys.executable, str(script), str(sched)], capture_output=True, text=True,
                               timeout=300, cwd=ROOT, env=loopback_env({"EAGLE_DASK_PROGRESS": "0"}))
