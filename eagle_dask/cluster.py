@@ -20,14 +20,17 @@ from __future__ import annotations
 import asyncio
 import atexit
 import inspect
-import json
 import logging
 import os
 import sys
+import weakref
 
 from eagle.host import cpu_count
 
+from . import scratch
 from . import security as tls
+from .main_guard import refuse_unguarded
+from .published import identity, publish, unpublish
 from .ranks import gpu_ids
 from .warm import preloads
 
@@ -64,7 +67,7 @@ def new_client(cls=None, *args, **kwargs):
             gc.enable()
 
 
-def _owning_client(cluster):
+def _owning_client(cluster, cleanup=None):
     from distributed import Client
 
     class OwningClient(Client):
@@ -78,7 +81,11 @@ def _owning_client(cluster):
             finally:
                 if not self._eagle_cluster_closed:
                     self._eagle_cluster_closed = True
-                    cluster.close()
+                    try:
+                        cluster.close()
+                    finally:
+                        if cleanup is not None:
+                            cleanup()
 
         def __del__(self):
             # at garbage collection, closing the cluster can deadlock a client being started in
@@ -128,6 +135,13 @@ def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **k
     as given.  ``False`` is plain TCP with no authentication: any user of this machine who finds
     a port (``/proc/net/tcp`` lists them) can connect and run code as you on the scheduler and
     every worker.
+
+    ``scheduler_file=F`` writes ``F`` (the address) and ``F.credentials.json`` (the client's
+    certificate), both mode 0600 and removed at close, as ``eagle-dask cluster`` does: another
+    process of yours joins with ``eagle_dask.connect(F)`` (a plain ``distributed.Client`` has no
+    certificate).  The scheduler and workers keep their files in a fresh 0700 directory of their own,
+    removed at close (``local_directory=``: one of yours that nobody else can write).  In a script,
+    call it under ``if __name__ == "__main__":`` (the workers re-import the script).
     """
     n_workers = _count(n_workers, "n_workers", "the number of worker processes: an integer >= 1, or None for "
                                                "one per CPU (one per GPU with dask-cuda)")
@@ -145,15 +159,41 @@ def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **k
     kwargs["preload"] = preloads(kwargs.get("preload"))
     kwargs.setdefault("host", LOOPBACK)
     kwargs.setdefault("dashboard_address", f"{LOOPBACK}:0")
+    refuse_unguarded(inspect.currentframe().f_back, "local_cluster")
+    scheduler_file = kwargs.pop("scheduler_file", None)
+    place = scratch.private(kwargs.pop("local_directory", None), "local_cluster")
+    written = []
+
+    def cleanup():
+        unpublish(written)
+        place.remove()
+
+    cluster = None
+    try:
+        cluster = _start_local(n_workers, threads, env, place, kwargs)
+        if scheduler_file is not None:
+            written += publish(scheduler_file, cluster.scheduler_address, sec)
+    except BaseException:
+        if cluster is not None:
+            cluster.close()
+        cleanup()
+        raise
+    weakref.finalize(cluster, cleanup)
+    return _owning_client(cluster, cleanup)
+
+
+def _start_local(n_workers, threads, env, place, kwargs):
+    """The cluster of :func:`local_cluster`, its scheduler and workers in ``place`` (a private directory)."""
+    kwargs["local_directory"] = place.path
+    kwargs["scheduler_kwargs"] = {"local_directory": place.path, **(kwargs.get("scheduler_kwargs") or {})}
+    env = {**place.env(), **env}
     if cuda_workers_available():
         from dask_cuda import LocalCUDACluster
-        cluster = LocalCUDACluster(n_workers=n_workers, threads_per_worker=threads, env=env, **kwargs)
-    else:
-        from distributed import LocalCluster
-        kwargs.setdefault("silence_logs", logging.ERROR)
-        cluster = LocalCluster(n_workers=n_workers or cpu_count(), threads_per_worker=threads, processes=True,
-                               env=env, **kwargs)
-    return _owning_client(cluster)
+        return LocalCUDACluster(n_workers=n_workers, threads_per_worker=threads, env=env, **kwargs)
+    from distributed import LocalCluster
+    kwargs.setdefault("silence_logs", logging.ERROR)
+    return LocalCluster(n_workers=n_workers or cpu_count(), threads_per_worker=threads, processes=True,
+                        env=env, **kwargs)
 
 
 # -- under mpirun ------------------------------------------------------------------------
@@ -294,8 +334,13 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
     interface, dashboard_address = _network(comm, interface, dashboard_address)
     gpu = _pin_gpu(comm, 2)
     wclass, opts, threads = _worker_class(worker_class, nthreads, worker_options, gpu)
+    place = None
+    if comm.Get_rank() != 1:                    # the scheduler's and each worker's files: 0700, their own
+        place = scratch.private(local_directory, "initialize")
+    elif local_directory is not None:
+        scratch.check_given(local_directory, "initialize")
     fields = _share_credentials(comm, security, "initialize", _roles_for_initialize(size))
-    is_client = _dask_mpi(fields, interface=interface, nthreads=threads, local_directory=local_directory,
+    is_client = _dask_mpi(fields, place, interface=interface, nthreads=threads,
                           memory_limit=memory_limit, dashboard=dashboard, dashboard_address=dashboard_address,
                           protocol=protocol, worker_class=wclass, worker_options=opts, comm=comm, exit=False)
     if not is_client:
@@ -309,21 +354,23 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
     return client
 
 
-def _dask_mpi(fields, **kwargs):
+def _dask_mpi(fields, place, **kwargs):
     """``dask_mpi.initialize`` with this rank's credentials in dask's config (where its scheduler and
-    workers read them): for the cluster's ranks while they run, for rank 1 from now on."""
+    workers read them): for the cluster's ranks while they run, in ``place`` (their private directory,
+    removed when they end), for rank 1 (``place`` None) from now on."""
     import dask
     import dask_mpi
-    if not fields:
-        return dask_mpi.initialize(**kwargs)
-    config = tls.as_config(fields)
-    if kwargs.get("protocol") is None:
+    config = tls.as_config(fields) if fields else {}
+    if fields and kwargs.get("protocol") is None:
         kwargs["protocol"] = "tls"       # dask-mpi's listeners, given an interface, would pick tcp
-    if fields["role"] == "client":
+    if place is None:
         dask.config.set(config)
         return dask_mpi.initialize(**kwargs)
-    with dask.config.set(config):
-        return dask_mpi.initialize(**kwargs)
+    try:
+        with dask.config.set({**config, **place.config()}):
+            return dask_mpi.initialize(local_directory=place.path, **kwargs)
+    finally:
+        place.remove()
 
 
 def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboard_address=None,
@@ -359,55 +406,85 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
     fields = _share_credentials(comm, security, "serve", ["scheduler"] + ["worker"] * (size - 1), client_file)
     sec = tls.from_fields(fields) if fields else None
 
+    place = scratch.private(local_directory, "serve")       # every rank's own files, 0700
+
     async def scheduler():
         async with Scheduler(interface=interface, dashboard=dashboard, dashboard_address=dashboard_address,
-                             security=sec) as s:
-            tls.write_private(scheduler_file, json.dumps(s.identity(), indent=2))
+                             security=sec, local_directory=place.path) as s:
+            if os.path.lexists(client_file):
+                tls.add_address(client_file, s.address)
+            ident = s.identity()
+            tls.write_private(scheduler_file, identity(ident.pop("address"), **ident))
             comm.bcast(s.address, root=0)
             await s.finished()
 
     async def worker(address):
         cls = import_term(wclass)
         async with cls(address, interface=interface, nthreads=threads, name=rank, memory_limit=memory_limit,
-                       local_directory=local_directory, security=sec, **opts) as w:
+                       local_directory=place.path, security=sec, **opts) as w:
             await w.finished()
 
-    if rank == 0:
-        try:
-            asyncio.run(scheduler())
-        finally:
-            for path in (scheduler_file, client_file):
-                if os.path.isfile(path) and os.stat(path).st_uid == os.getuid():
-                    os.unlink(path)
-    else:
-        asyncio.run(worker(comm.bcast(None, root=0)))
+    import dask
+    try:
+        with dask.config.set(place.config()):
+            if rank == 0:
+                _run_scheduler(scheduler, (scheduler_file, client_file))
+            else:
+                asyncio.run(worker(comm.bcast(None, root=0)))
+    finally:
+        place.remove()
 
 
-def connect(scheduler_file, *, timeout=60, **kwargs):
-    """A ``Client`` of the cluster :func:`serve` (``eagle-dask cluster``) runs, with its credentials.
+def _run_scheduler(scheduler, files):
+    """Run ``scheduler()`` to its end, then remove ``files`` (the scheduler file, the credentials) if ours."""
+    try:
+        asyncio.run(scheduler())
+    finally:
+        for path in files:
+            if os.path.isfile(path) and os.stat(path).st_uid == os.getuid():
+                os.unlink(path)
 
-    Reads the address from ``scheduler_file`` and the client's certificate from
-    ``scheduler_file + ".credentials.json"`` (which must be yours and mode 0600), waiting up to
-    ``timeout`` seconds for the cluster to write them.  ``distributed.Client(scheduler_file=F)``
-    alone has no certificate, and the cluster refuses it.  Keyword arguments go to ``Client``.
+
+def connect(target, *, timeout=60, security=None, **kwargs):
+    """A ``Client`` of an eagle cluster, with its credentials: ``target`` is a scheduler file or an address.
+
+    A scheduler file (of ``eagle-dask cluster``, :func:`serve` or ``local_cluster(scheduler_file=F)``)
+    must be yours, not a link, mode 0600, and name a ``tls://`` address; the client's certificate
+    (and the address) come from ``F + ".credentials.json"`` (yours, mode 0600).  A file another
+    user wrote is refused before anything connects.  It waits up to ``timeout`` seconds for the
+    cluster to write the file.  An address (``"tls://127.0.0.1:8786"``) needs ``security=`` (a
+    ``distributed.Security``; ``False`` for a ``tcp://`` cluster started with ``--no-tls``).
+
+    A plain ``distributed.Client(address)`` or ``Client(scheduler_file=F)`` has no certificate: it
+    fails with ``TypeError: TLS expects a ssl_context ...`` or is refused by the cluster -- use
+    ``eagle_dask.connect(F)``.  Keyword arguments go to ``Client``.
     """
     import time
 
-    scheduler_file = os.path.expanduser(os.fspath(scheduler_file))
+    tls.check(security, "connect")
+    target = os.path.expanduser(os.fspath(target))
+    if "://" in target:
+        return new_client(None, _address_security(target, security), security=security or None, timeout=timeout,
+                          **kwargs)
     end = time.monotonic() + timeout
-    while not os.path.exists(scheduler_file):
+    while not os.path.lexists(target):
         if time.monotonic() > end:
-            raise TimeoutError(f"eagle_dask.connect: no scheduler file {scheduler_file} after {timeout} s: is "
-                               f"`mpirun -np N eagle-dask cluster --scheduler-file {scheduler_file}` running?")
+            raise TimeoutError(f"eagle_dask.connect: no scheduler file {target} after {timeout} s: is "
+                               f"`mpirun -np N eagle-dask cluster --scheduler-file {target}` running? (an "
+                               "address is given as tls://host:port)")
         time.sleep(0.1)
-    with open(scheduler_file) as f:
-        address = json.load(f)["address"]
-    creds = tls.credentials_path(scheduler_file)
-    if address.startswith("tls://"):
-        if not os.path.exists(creds):
-            raise FileNotFoundError(f"eagle_dask.connect: the cluster at {address} runs mutual TLS and its "
-                                    f"client credentials {creds} are missing: they are written beside the "
-                                    "scheduler file by the `eagle-dask cluster` that wrote it")
-        kwargs.setdefault("security", tls.read_client_credentials(creds))
+    address, sec = tls.read_scheduler_file(target, security)
     kwargs.setdefault("timeout", max(1, end - time.monotonic()))
-    return new_client(None, address, **kwargs)
+    return new_client(None, address, security=sec, **kwargs)
+
+
+def _address_security(address, security):
+    """The ``Client`` arguments (address, security=) for ``connect(address, security=...)``."""
+    if security is None:
+        raise ValueError(f"eagle_dask.connect({address!r}): an address carries no credentials: pass the scheduler "
+                         "file instead (connect(F), its credentials lie beside it), or security=distributed."
+                         "Security(...) with the cluster's client certificate (False for a tcp:// cluster)")
+    if security is not False and not address.startswith("tls://"):
+        raise ValueError(f"eagle_dask.connect({address!r}, security=...): a cluster with credentials listens on "
+                         "tls://; for a plain tcp:// cluster pass security=False")
+    return address

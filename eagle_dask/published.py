@@ -1,0 +1,53 @@
+"""The scheduler file of a cluster eagle starts, for others to join: written private, removed at the end.
+
+``local_cluster(scheduler_file=F)`` writes what ``serve`` (``eagle-dask cluster``) writes: ``F`` (the
+scheduler's address, mode 0600) and, under TLS, ``F.credentials.json`` (the client's certificate and
+the address, mode 0600), so that another process of yours (a notebook) joins with
+``eagle_dask.connect(F)``.  Both are removed when the cluster closes, if they are still yours.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from . import security as tls
+
+
+#: in every scheduler file eagle writes, for whoever reads it (distributed reads the address only)
+JOIN_NOTE = ("an eagle cluster with mutual TLS: join with eagle_dask.connect(this file), which reads the "
+             "certificate beside it; a plain distributed.Client has none (TypeError: TLS expects a ssl_context)")
+
+
+def identity(address, **more):
+    """The scheduler file's content: the address, and how to join."""
+    return json.dumps({"type": "Scheduler", "address": address, **more, "eagle": JOIN_NOTE}, indent=2)
+
+
+def publish(scheduler_file, address, security):
+    """Write ``scheduler_file`` (and the credentials beside it when ``security`` is a ``Security``);
+    returns the paths written, for :func:`unpublish`."""
+    path = os.path.abspath(os.path.expanduser(os.fspath(scheduler_file)))
+    creds = tls.credentials_path(path)
+    written = []
+    try:
+        if security is not None:
+            tls.write_client_credentials(creds, security)
+            written.append(creds)
+            tls.add_address(creds, address)
+        tls.write_private(path, identity(address))
+        written.append(path)
+    except BaseException:
+        unpublish(written)
+        raise
+    return written
+
+
+def unpublish(paths):
+    """Remove ``paths`` that are still regular files of yours (another user's file is left alone)."""
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid == os.getuid() and not os.path.islink(path) and os.path.isfile(path):
+            os.unlink(path)
