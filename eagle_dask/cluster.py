@@ -32,6 +32,7 @@ from . import security as tls
 from .main_guard import refuse_unguarded
 from .published import identity, publish, unpublish
 from .ranks import gpu_ids
+from .structure import DEFAULT_STALL
 from .warm import preloads
 
 LOOPBACK = "127.0.0.1"
@@ -190,10 +191,12 @@ def _start_local(n_workers, threads, env, place, kwargs):
     if cuda_workers_available():
         from dask_cuda import LocalCUDACluster
         return LocalCUDACluster(n_workers=n_workers, threads_per_worker=threads, env=env, **kwargs)
+    import dask
     from distributed import LocalCluster
     kwargs.setdefault("silence_logs", logging.ERROR)
-    return LocalCluster(n_workers=n_workers or cpu_count(), threads_per_worker=threads, processes=True,
-                        env=env, **kwargs)
+    with dask.config.set(launch_config()):                 # the scheduler reads worker-ttl as it starts
+        return LocalCluster(n_workers=n_workers or cpu_count(), threads_per_worker=threads, processes=True,
+                            env=env, **kwargs)
 
 
 # -- under mpirun ------------------------------------------------------------------------
@@ -216,9 +219,38 @@ def _network(comm, interface, dashboard_address):
     one_host = len(set(hosts)) == 1
     if interface is None and one_host:
         interface = loopback_interface()
-    if dashboard_address is None:
-        dashboard_address = f"{LOOPBACK}:0" if interface == loopback_interface() else ":8787"
+    if dashboard_address is None:       # loopback on every host: reach a remote one through a tunnel
+        dashboard_address = f"{LOOPBACK}:0" if interface == loopback_interface() else f"{LOOPBACK}:8787"
     return interface, dashboard_address
+
+
+#: seconds ``serve`` waits for its workers to join before it writes the scheduler file anyway
+JOIN_WAIT = 300
+
+
+def launch_config(dashboard=True):
+    """dask config of every cluster eagle starts: the scheduler forgets a worker it has
+    not heard from for ``DEFAULT_STALL`` seconds (distributed's default is 5 minutes), and without
+    a dashboard no HTTP route is served, on the scheduler or the workers."""
+    config = {"distributed.scheduler.worker-ttl": f"{DEFAULT_STALL:g}s"}
+    if not dashboard:
+        config.update({"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []})
+    return config
+
+
+def abort_on_failure(comm, role, body):
+    """Run ``body()``; if it raises, print why and end the whole MPI job (``comm.Abort``): the other
+    ranks wait for this one in a collective, or for a scheduler that will never come, and would
+    otherwise spin until the job's time limit."""
+    try:
+        return body()
+    except BaseException as e:  # noqa: BLE001 - said, then the job ends
+        import traceback
+        sys.stderr.write(f"eagle-dask: the {role} (rank {comm.Get_rank()}) failed: {type(e).__name__}: {e}; "
+                         f"ending the MPI job\n{traceback.format_exc()}")
+        sys.stderr.flush()
+        comm.Abort(1)
+        raise
 
 
 def _pin_gpu(comm, first_worker):
@@ -340,9 +372,12 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
     elif local_directory is not None:
         scratch.check_given(local_directory, "initialize")
     fields = _share_credentials(comm, security, "initialize", _roles_for_initialize(size))
-    is_client = _dask_mpi(fields, place, interface=interface, nthreads=threads,
-                          memory_limit=memory_limit, dashboard=dashboard, dashboard_address=dashboard_address,
-                          protocol=protocol, worker_class=wclass, worker_options=opts, comm=comm, exit=False)
+    opts = {"dashboard_address": f"{LOOPBACK}:0", **opts}        # each worker's HTTP page on loopback
+    start = lambda: _dask_mpi(fields, place, launch_config(dashboard), interface=interface,  # noqa: E731
+                              nthreads=threads, memory_limit=memory_limit, dashboard=dashboard,
+                              dashboard_address=dashboard_address, protocol=protocol, worker_class=wclass,
+                              worker_options=opts, comm=comm, exit=False)
+    is_client = abort_on_failure(comm, "scheduler", start) if comm.Get_rank() == 0 else start()
     if not is_client:
         if exit:
             sys.exit(0)
@@ -354,13 +389,14 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
     return client
 
 
-def _dask_mpi(fields, place, **kwargs):
-    """``dask_mpi.initialize`` with this rank's credentials in dask's config (where its scheduler and
-    workers read them): for the cluster's ranks while they run, in ``place`` (their private directory,
-    removed when they end), for rank 1 (``place`` None) from now on."""
+def _dask_mpi(fields, place, launch, **kwargs):
+    """``dask_mpi.initialize`` with this rank's credentials and ``launch`` (``launch_config``) in
+    dask's config (where its scheduler and workers read them): for the cluster's ranks while they
+    run, in ``place`` (their private directory, removed when they end), for rank 1 (``place``
+    None) from now on."""
     import dask
     import dask_mpi
-    config = tls.as_config(fields) if fields else {}
+    config = {**(tls.as_config(fields) if fields else {}), **launch}
     if fields and kwargs.get("protocol") is None:
         kwargs["protocol"] = "tls"       # dask-mpi's listeners, given an interface, would pick tcp
     if place is None:
@@ -411,28 +447,44 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
     async def scheduler():
         async with Scheduler(interface=interface, dashboard=dashboard, dashboard_address=dashboard_address,
                              security=sec, local_directory=place.path) as s:
+            comm.bcast(s.address, root=0)
+            await _joined(s, size - 1)              # the file says the cluster is ready: it is
             if os.path.lexists(client_file):
                 tls.add_address(client_file, s.address)
             ident = s.identity()
             tls.write_private(scheduler_file, identity(ident.pop("address"), **ident))
-            comm.bcast(s.address, root=0)
             await s.finished()
 
     async def worker(address):
         cls = import_term(wclass)
         async with cls(address, interface=interface, nthreads=threads, name=rank, memory_limit=memory_limit,
-                       local_directory=place.path, security=sec, **opts) as w:
+                       local_directory=place.path, security=sec, dashboard_address=f"{LOOPBACK}:0", **opts) as w:
             await w.finished()
 
     import dask
     try:
-        with dask.config.set(place.config()):
+        with dask.config.set({**place.config(), **launch_config(dashboard)}):
             if rank == 0:
-                _run_scheduler(scheduler, (scheduler_file, client_file))
+                abort_on_failure(comm, "scheduler",
+                                 lambda: _run_scheduler(scheduler, (scheduler_file, client_file)))
             else:
                 asyncio.run(worker(comm.bcast(None, root=0)))
     finally:
         place.remove()
+
+
+async def _joined(scheduler, count):
+    """Wait until ``count`` workers have joined ``scheduler`` (at most ``JOIN_WAIT`` seconds, then
+    go on with a warning naming how many did)."""
+    import time
+    end = time.monotonic() + JOIN_WAIT
+    while len(scheduler.workers) < count:
+        if time.monotonic() > end:
+            logging.getLogger("eagle_dask").warning(
+                "eagle-dask cluster: %d of %d workers joined within %d s; writing the scheduler file anyway",
+                len(scheduler.workers), count, JOIN_WAIT)
+            return
+        await asyncio.sleep(0.05)
 
 
 def _run_scheduler(scheduler, files):

@@ -111,3 +111,14 @@ def test_the_batch_recipe_of_the_page_runs_with_the_bits_of_one_process():
     assert "workers: 1" in out and "identical: yes" in out, out[-4000:]
     assert not os.path.exists(os.path.join(d, f"eagle-{job}.json")), "the scheduler file outlived the cluster"
 
+
+
+def test_a_scheduler_that_cannot_start_ends_the_job_with_its_reason():
+    d = slurm.job_dir()
+    start = time.monotonic()
+    proc = slurm.as_user(["srun", "--mpi=pmi2", "-n", "3", "--overcommit", "--time=5", "eagle-dask", "cluster",
+                          "--scheduler-file", os.path.join(d, "sched.json"), "--interface", "ib0"], d, timeout=120)
+    took = time.monotonic() - start
+    assert proc.returncode != 0
+    assert took < 30, f"the job took {took:.0f} s to end"
+    assert "'ib0'" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
