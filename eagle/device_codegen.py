@@ -35,7 +35,7 @@ import types
 from . import __version__, bounds, rows
 from .access import CROSS_SAMPLE_WRITE
 from .codegen import body_call_args, body_function, body_raises, globals_source
-from .bounds import AT, ERR
+from .bounds import AT, ERR, LX
 from .rows import BUILTIN_ALIASES, MIN, RANGE, ROW, row_loop_lines
 
 _STATE = threading.local()
@@ -59,6 +59,14 @@ def cuda_at():
     """``eagle.bounds.at_device`` compiled for CUDA device code (a kernel cannot raise there)."""
     from numba import cuda
     return cuda.jit(device=True)(bounds.at_device.py_func)
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_local_at():
+    """``eagle.bounds.local_at_device`` compiled for CUDA device code: an index of an array the body
+    made, checked against its axis."""
+    from numba import cuda
+    return cuda.jit(device=True)(bounds.local_at_device)
 
 
 def jit_accepts(name: str) -> bool:
@@ -97,9 +105,10 @@ def device_source(plugin) -> str:
         f"# floating-point contraction: {contraction(plugin)}",
         "import numpy as _eagle_np",
         "from numba import cuda as _eagle_cuda",
-        "from eagle.device_codegen import cuda_at, cuda_row_partial as _eagle_rp",
+        "from eagle.device_codegen import cuda_at, cuda_local_at, cuda_row_partial as _eagle_rp",
         "_eagle_row_partial = _eagle_rp()",
         f"{AT} = cuda_at()",
+        f"{LX} = cuda_local_at()",
         BUILTIN_ALIASES,
         "",
         "def _eagle_launch_jit(fn):      # cuda.jit(fn, ...) keeps every option (the decorator form drops lto)",
