@@ -7,9 +7,11 @@ The classes, from narrowest to widest:
 * ``cross_sample_write`` -- writes an ``Out``/``Mutable`` plane at an index other than ``i``;
 * ``mapreduce``          -- every output is a ``Cell`` (whatever the inputs are read like).
 
-A plane used in a way the analysis cannot see through (aliased, passed to a function, sliced)
-is classified conservatively: as read at other samples if it is an input, as written at other
-samples if it is an output.  Reading another sample's ``Out``/``Mutable`` is a race and is
+A plane is reached only by its own name: indexed (``x[k]``, ``q[i, k]``), asked its metadata,
+or passed to a helper; bound to another name, sliced, iterated, or indexed through an
+expression (``x[i][k]``) it is refused at deploy with the line, so every index of it is checked
+(``eagle.bounds``).  A plane passed to a helper is classified conservatively: as read at other
+samples if it is an input, as written at other samples if it is an output.  Reading another sample's ``Out``/``Mutable`` is a race and is
 refused, as is any use of a ``Cell`` other than ``cell[i] = value``.
 
 A ``Table`` reads no sample's data and does not change the class: it may only be read
@@ -95,6 +97,7 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
                 refuse(node, f"the body uses {what}, which a kernel does not support: {why}")
     range_params = _range_arguments(fdef, roles, lambda node, msg: f"kernel {kname!r}, {where(node)}: {msg}")
     _refuse_vector_index_of_plain_out(fdef, roles, refuse)
+    _refuse_unchecked_subscripts(fdef, refuse)
     uses = {name: PlaneUse() for name, r in roles.items() if r.kind in PLANE_KINDS}
     cells = {name for name, r in roles.items() if r.kind == "Cell"}
     parents = {}
@@ -134,9 +137,13 @@ def _plane_use(node, parents, idx, roles, uses, cells, refuse):
     if isinstance(parent, ast.Subscript) and parent.value is node:
         _subscript_use(node, parent, parents, idx, roles, uses, cells, refuse)
         return
-    # any other use: aliased, passed to a function, iterated -- the analysis cannot see through
     if name in cells:
         refuse(node, f"cell {name!r} may only be written as {name}[{idx}] = value")
+    if not (isinstance(parent, ast.Call) and node in parent.args):
+        # bound to another name, iterated, returned: its indices there would escape the checks
+        refuse(node, f"plane {name!r} is used other than by its own name ({ast.unparse(parent)}); index it "
+                     f"as {name}[k] where it is used (every such index is checked), or pass it to a helper")
+    # passed to a function: the analysis cannot see through
     use, kind = uses[name], roles[name].kind
     use.own_only = False
     use.opaque = True
@@ -159,6 +166,9 @@ def _subscript_use(node, parent, parents, idx, roles, uses, cells, refuse):
         return
     use, kind = uses[name], roles[name].kind
     sl = parent.slice
+    if any(isinstance(e, ast.Slice) for e in (sl.elts if isinstance(sl, ast.Tuple) else [sl])):
+        refuse(node, f"slices plane {name!r} ({ast.unparse(parent)}): a view's indices would escape the "
+                     f"checks; index it one entry at a time, {name}[k]")
     use.subscripts.add(len(sl.elts) if isinstance(sl, ast.Tuple) else 1)
     if own:
         use.index_dims = max(use.index_dims, dims)
@@ -252,6 +262,20 @@ def _range_arguments(fdef, roles, message) -> set:
                 if isinstance(a, ast.Name) and a.id in roles and roles[a.id].kind == "Param":
                     params.add(a.id)
     return params
+
+
+def _refuse_unchecked_subscripts(fdef, refuse):
+    """A subscript of anything but a name or ``name.shape`` (``x[1:][k]``, ``q[i][k]``, ``f()[k]``):
+    refused, since eagle checks the indices of what a name holds (``eagle.bounds``)."""
+    for stmt in fdef.body:
+        for node in ast.walk(stmt):
+            if not isinstance(node, ast.Subscript) or isinstance(node.value, ast.Name):
+                continue
+            v = node.value
+            if isinstance(v, ast.Attribute) and v.attr == "shape" and isinstance(v.value, ast.Name):
+                continue
+            refuse(node, f"{ast.unparse(node)} indexes an expression; bind the array to a name first or index "
+                         "a plane as x[a, b] (eagle checks the indices of what a name holds)")
 
 
 def _refuse_vector_index_of_plain_out(fdef, roles, refuse):
