@@ -1,0 +1,114 @@
+"""A kernel body reaches no memory but its samples': a plane is reached only by its own name
+(aliases, slices, chained subscripts refused at deploy and at load, naming the kernel and the line),
+and every index of an array the body makes is checked on every host path and the device -- an
+IndexError naming the array, the caller's arrays untouched, never a crash."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import eagle
+from eagle import In, Out, Param
+from eagle.plugin import field_hashes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@eagle.kernel
+def carrier(i, x: In, j: Param, y: Out):
+    y[i] = x[i] + j
+
+
+ATTACKS = {   # body of carrier(i, x: In, j: Param, y: Out), the refusal expected
+    "alias": ("    z = x\n    z[j] = 1.0\n    y[i] = x[i]\n", r"plane 'x' is used other than by its own name"),
+    "alias_out": ("    z = y\n    z[j] = x[i]\n", r"plane 'y' is used other than by its own name"),
+    "slice": ("    z = x[1:]\n    y[i] = z[j]\n", r"slices plane 'x'"),
+    "slice_chain": ("    y[i] = x[i:][j]\n", r"x\[i:\]\[j\] indexes an expression"),
+    "chain": ("    y[i] = x[i][j]\n", r"x\[i\]\[j\] indexes an expression"),
+    "iterate": ("    s = 0.0\n    for v in x:\n        s += v\n    y[i] = s\n",
+                r"plane 'x' is used other than by its own name"),
+}
+
+
+def _kernel_file(tmp_path, name, body):
+    mod = f"memattack_{name}"
+    (tmp_path / f"{mod}.py").write_text("from eagle import In, Out, Param\nimport eagle\n\n\n@eagle.kernel\n"
+                                        "def carrier(i, x: In, j: Param, y: Out):\n" + body)
+    return mod
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_an_alias_or_view_of_a_plane_is_refused_at_deploy(tmp_path, monkeypatch, name):
+    body, match = ATTACKS[name]
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = __import__(_kernel_file(tmp_path, name, body))
+    with pytest.raises(ValueError, match=rf"kernel 'carrier', line \d+: {match}"):
+        eagle.deploy(mod.carrier)
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_an_artifact_whose_kernel_aliases_a_plane_is_refused_at_load(tmp_path, name):
+    """The attack as a file someone else wrote: the saved kernel.py replaced, hashes recomputed."""
+    body, match = ATTACKS[name]
+    path = tmp_path / "art"
+    eagle.save(carrier, path)
+    src = (path / "kernel.py").read_text()
+    head = src[:src.index("def carrier")]
+    (path / "kernel.py").write_text(head + "def carrier(i, x: In, j: Param, y: Out):\n" + body)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["source_hash"] = hashlib.sha256((path / "kernel.py").read_bytes()).hexdigest()
+    manifest["integrity"] = field_hashes(manifest)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    x = np.arange(8.0)
+    before = x.copy()
+    with pytest.raises(ValueError, match=rf"kernel 'carrier', line \d+: {match}"):
+        eagle.plan.plan(eagle.load(path), structure=eagle.exec.HostTeam).run(x=x, j=3)
+    assert np.array_equal(x, before)
+
+
+def _cases(where, **env):
+    full = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "EAGLE_HOST_SIMD",
+                                                           "EAGLE_HOST_LANES")}
+    full.update(env, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "tests.memory_cases", where], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env=full)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])     # never a signal
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def _reference(x, k, steps):
+    a = [0.0, 0.0, 0.0]
+    out = []
+    for v in x:
+        a = [0.0, 0.0, 0.0]
+        for _ in range(steps):
+            a[k] = a[k] + float(v)
+        out.append(a[0] + a[1] + a[2])
+    return np.array(out)
+
+
+@pytest.mark.parametrize("path,env", [("simd", {"EAGLE_HOST_SIMD": "1"}),
+                                      ("lanes", {"EAGLE_HOST_SIMD": "0", "EAGLE_HOST_LANES": "4"}),
+                                      ("one", {"EAGLE_HOST_SIMD": "0", "EAGLE_HOST_LANES": "1"}),
+                                      ("device", {"NUMBA_ENABLE_CUDASIM": "1"})])
+def test_every_index_of_an_array_the_body_makes_is_checked(path, env):
+    records = _cases("device" if path == "device" else "host", **env)
+    assert [r["k"] for r in records] == [1, 3, -1, 10 ** 9]
+    x = np.linspace(1.0, 2.0, 40)
+    for r in records:
+        if path != "device":
+            assert r["path"] == path
+        assert r["untouched"]
+        if r["k"] == 1:
+            assert np.array_equal(np.array(r["y"]), _reference(x, 1, 3))
+            continue
+        where = r"sample 39 on the device" if path == "device" else r"sample 0"
+        assert r.get("error", "").startswith(f"index {r['k']} is out of range for array 'a' (made in the kernel's "
+                                             "body), whose axis 0 has 3 entries"), r
+        assert f"[kernel 'local_write', {where}]" in r["error"], r
