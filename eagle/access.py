@@ -25,6 +25,7 @@ import ast
 from dataclasses import dataclass, field
 
 from .roles import OUTPUT_KINDS, PLANE_KINDS, TABLE
+from .syntax import parse
 
 SAMPLE_LOCAL = "sample_local"
 CROSS_SAMPLE_READ = "cross_sample_read"
@@ -83,8 +84,10 @@ def _is_own(index, idx):
 
 
 def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int,
-            declared: str | None = None) -> Access:
-    """Classify the body of ``fdef``; ``roles`` maps parameter name to Role."""
+            declared: str | None = None, frozen=None) -> Access:
+    """Classify the body of ``fdef``; ``roles`` maps parameter name to Role.  With ``frozen`` (the
+    manifest's entries for the body's free names) a plane passed to a call is checked too
+    (``_planes_passed_on``)."""
     def where(node):
         return f"line {line0 + node.lineno - 1}"
 
@@ -98,6 +101,8 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
     range_params = _range_arguments(fdef, roles, lambda node, msg: f"kernel {kname!r}, {where(node)}: {msg}")
     _refuse_vector_index_of_plain_out(fdef, roles, refuse)
     _refuse_unchecked_subscripts(fdef, refuse)
+    if frozen is not None:
+        _planes_passed_on(fdef, roles, frozen, refuse)
     uses = {name: PlaneUse() for name, r in roles.items() if r.kind in PLANE_KINDS}
     cells = {name for name, r in roles.items() if r.kind == "Cell"}
     parents = {}
@@ -276,6 +281,55 @@ def _refuse_unchecked_subscripts(fdef, refuse):
                 continue
             refuse(node, f"{ast.unparse(node)} indexes an expression; bind the array to a name first or index "
                          "a plane as x[a, b] (eagle checks the indices of what a name holds)")
+
+
+def _planes_passed_on(fdef, roles, frozen, refuse):
+    """A plane may be an argument only of a helper eagle compiles from source (its indices checked
+    there: ``eagle.bounds``); an ``In`` plane only where that helper reads it, ``p[k]``."""
+    helpers = {g["name"]: g for g in frozen if g["kind"] == "function"}
+    for stmt in fdef.body:
+        for call in ast.walk(stmt):
+            if not isinstance(call, ast.Call):
+                continue
+            f = call.func
+            if isinstance(f, ast.Name) and f.id == "len" and "len" not in {g["name"] for g in frozen}:
+                continue
+            args = [(k, a) for k, a in enumerate(call.args)] + [(None, kw.value) for kw in call.keywords]
+            for pos, a in args:
+                a = a.value if isinstance(a, ast.Starred) else a
+                if not (isinstance(a, ast.Name) and roles.get(a.id) is not None and roles[a.id].kind in PLANE_KINDS):
+                    continue
+                if not (isinstance(f, ast.Name) and f.id in helpers and pos is not None):
+                    refuse(a, f"passes plane {a.id!r} to {ast.unparse(f)}, which eagle does not compile with "
+                              f"bounds checks; pass values ({a.id}[k]) or a helper defined in Python")
+                if roles[a.id].kind == "In":
+                    _helper_reads_only(helpers[f.id], pos, a.id, refuse, a)
+
+
+def _helper_reads_only(g, pos, plane, refuse, at, depth=0):
+    """Refuse (at the kernel's ``at``) a helper that writes, re-binds or passes on the ``In`` plane
+    it receives as its argument ``pos``, other than to another helper that only reads it."""
+    h = parse(g["source"]).body[0]
+    params = [a.arg for a in h.args.args]
+    if pos >= len(params) or depth > 8:
+        refuse(at, f"passes In plane {plane!r} to helper {g['name']!r} in a way eagle cannot follow")
+    p = params[pos]
+    inner = {e["name"]: e for e in g["frozen"] if e["kind"] == "function"}
+    parents = {c: n for n in ast.walk(h) for c in ast.iter_child_nodes(n)}
+    for n in ast.walk(h):
+        if not (isinstance(n, ast.Name) and n.id == p):
+            continue
+        up = parents.get(n)
+        if isinstance(n.ctx, ast.Load) and isinstance(up, ast.Subscript) and up.value is n and isinstance(
+                up.ctx, ast.Load):
+            continue
+        if isinstance(up, ast.Attribute) and up.attr in _METADATA_ATTRS:
+            continue
+        if isinstance(up, ast.Call) and n in up.args and isinstance(up.func, ast.Name) and up.func.id in inner:
+            _helper_reads_only(inner[up.func.id], up.args.index(n), plane, refuse, at, depth + 1)
+            continue
+        refuse(at, f"passes In plane {plane!r} to helper {g['name']!r}, which does more than read it "
+                   f"({ast.unparse(up)}): an In plane is read-only; the helper may only read it as {p}[k]")
 
 
 def _refuse_vector_index_of_plain_out(fdef, roles, refuse):

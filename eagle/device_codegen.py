@@ -26,6 +26,7 @@ numba-cuda 0.30 drops ``lto=False`` (the PTX test checks the dispatcher keeps it
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import inspect
@@ -37,6 +38,7 @@ from .access import CROSS_SAMPLE_WRITE
 from .codegen import body_call_args, body_function, body_raises, globals_source
 from .bounds import AT, ERR, LX
 from .rows import BUILTIN_ALIASES, MIN, RANGE, ROW, row_loop_lines
+from .syntax import parse
 
 _STATE = threading.local()
 
@@ -93,8 +95,23 @@ def contraction(plugin) -> str:
     return "on (declared fma=True)" if plugin.fma else "off"
 
 
+def refuse_indexing_helpers(plugin, entries=None):
+    """A helper compiled from source that indexes an array: refused, naming the kernel and the
+    helper (device code has no bounds checks of its own; the body's indices are eagle's)."""
+    for g in plugin.frozen if entries is None else entries:
+        if g["kind"] != "function":
+            continue
+        for n in ast.walk(parse(g["source"])):
+            if isinstance(n, ast.Subscript) and not (isinstance(n.value, ast.Attribute) and n.value.attr == "shape"):
+                raise ValueError(f"kernel {plugin.name!r}: helper {g['name']!r} indexes an array "
+                                 f"({ast.unparse(n)}), which the device cannot check there; index it in the "
+                                 "kernel's body and pass the values")
+        refuse_indexing_helpers(plugin, g["frozen"])
+
+
 def device_source(plugin) -> str:
     """The generated module: frozen globals, the body as a device function, the launch kernel."""
+    refuse_indexing_helpers(plugin)
     args = [name for _, name in plugin.arg_spec]
     cells = plugin.cells
     body_args = body_call_args(plugin)

@@ -112,3 +112,90 @@ def test_every_index_of_an_array_the_body_makes_is_checked(path, env):
         assert r.get("error", "").startswith(f"index {r['k']} is out of range for array 'a' (made in the kernel's "
                                              "body), whose axis 0 has 3 entries"), r
         assert f"[kernel 'local_write', {where}]" in r["error"], r
+
+
+def _peek(a, k):                  # compiled from source with the kernel: reads its plane
+    return a[k]
+
+
+def _poke(a, k):                  # writes the plane it is given
+    a[k] = 1.0
+    return 0.0
+
+
+def _poke_alias(a, k):            # writes it through another name
+    b = a
+    b[k] = 1.0
+    return 0.0
+
+
+def _poke_deeper(a, k):           # passes it on to a helper that writes it
+    return _poke(a, k)
+
+
+@eagle.kernel
+def reads_through_helper(i, x: In, j: Param, y: Out):
+    y[i] = _peek(x, j)
+
+
+@eagle.kernel
+def writes_in_through_helper(i, x: In, j: Param, y: Out):
+    y[i] = _poke(x, j)
+
+
+@eagle.kernel
+def writes_in_through_alias_in_helper(i, x: In, j: Param, y: Out):
+    y[i] = _poke_alias(x, j)
+
+
+@eagle.kernel
+def writes_in_two_helpers_down(i, x: In, j: Param, y: Out):
+    y[i] = _poke_deeper(x, j)
+
+
+@eagle.kernel
+def writes_in_through_ufunc_out(i, x: In, y: Out):
+    np.add(y, 1.0, x)
+
+
+@pytest.mark.parametrize("kernel,helper,what", [
+    (writes_in_through_helper, "_poke", r"a\[k\]"), (writes_in_through_alias_in_helper, "_poke_alias", "b = a"),
+    (writes_in_two_helpers_down, "_poke", r"a\[k\]")])
+def test_an_in_plane_written_by_a_helper_is_refused_at_deploy(kernel, helper, what):
+    with pytest.raises(ValueError, match=rf"kernel '{kernel.name}', line \d+: passes In plane 'x' to helper "
+                                         rf"'{helper}', which does more than read it \({what}"):
+        eagle.deploy(kernel)
+
+
+def test_a_plane_passed_to_a_function_eagle_does_not_compile_is_refused():
+    with pytest.raises(ValueError, match=r"kernel 'writes_in_through_ufunc_out', line \d+: passes plane 'y' to "
+                                         r"np.add, which eagle does not compile with bounds checks"):
+        eagle.deploy(writes_in_through_ufunc_out)
+
+
+def test_an_artifact_whose_helper_writes_an_in_plane_is_refused_at_load(tmp_path):
+    path = tmp_path / "art"
+    eagle.save(reads_through_helper, path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    helper = next(g for g in manifest["frozen"] if g["kind"] == "function")
+    helper["source"] = "def _peek(a, k):\n    a[k] = 1.0\n    return 0.0"
+    manifest["integrity"] = field_hashes(manifest)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    x = np.arange(8.0)
+    before = x.copy()
+    with pytest.raises(ValueError, match=r"kernel 'reads_through_helper', line \d+: passes In plane 'x' to "
+                                         r"helper '_peek', which does more than read it \(a\[k\]"):
+        eagle.plan.plan(eagle.load(path), structure=eagle.exec.HostTeam).run(x=x, j=3)
+    assert np.array_equal(x, before)
+
+
+def test_a_helper_reading_a_plane_stays_checked_on_the_host_and_is_refused_on_the_device():
+    from eagle.device_codegen import device_source
+    x = np.arange(8.0)
+    got = eagle.plan.plan(reads_through_helper, structure=eagle.exec.HostTeam).run(x=x, j=5)
+    assert np.array_equal(got, np.full(8, 5.0))
+    with pytest.raises(IndexError, match=r"index is out of bounds.*\[kernel 'reads_through_helper'"):
+        eagle.plan.plan(reads_through_helper, structure=eagle.exec.HostTeam).run(x=x, j=10 ** 9)
+    with pytest.raises(ValueError, match=r"kernel 'reads_through_helper': helper '_peek' indexes an array "
+                                         r"\(a\[k\]\), which the device cannot check there"):
+        device_source(eagle.deploy(reads_through_helper))
