@@ -83,12 +83,12 @@ class _Rewrite(ast.NodeTransformer):
 def body_function(plugin, name="_eagle_body") -> str:
     """The body as a plain function ``name(i, *args, _eagle_err, _eagle_po, _eagle_co)``."""
     fdef = parse(plugin.source).body[0]
-    fdef = _Rewrite(plugin).visit(fdef)
-    fdef.name = name
-    fdef.decorator_list = []
+    fdef.decorator_list = []                  # the roles' annotations are no subscripts of the body
     fdef.returns = None
     for a in fdef.args.args:
         a.annotation = None
+    fdef = _Rewrite(plugin).visit(fdef)
+    fdef.name = name
     fdef.args.defaults = []
     fdef.args.args += [ast.arg(ERR), ast.arg(PO), ast.arg(CO)]
     ast.fix_missing_locations(fdef)
