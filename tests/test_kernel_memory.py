@@ -31,6 +31,7 @@ ATTACKS = {   # body of carrier(i, x: In, j: Param, y: Out), the refusal expecte
     "slice": ("    z = x[1:]\n    y[i] = z[j]\n", r"slices plane 'x'"),
     "slice_chain": ("    y[i] = x[i:][j]\n", r"x\[i:\]\[j\] indexes an expression"),
     "chain": ("    y[i] = x[i][j]\n", r"x\[i\]\[j\] indexes an expression"),
+    "method": ("    x.fill(0.0)\n    y[i] = x[i]\n", r"plane 'x' is used other than by its own name"),
     "iterate": ("    s = 0.0\n    for v in x:\n        s += v\n    y[i] = s\n",
                 r"plane 'x' is used other than by its own name"),
 }
@@ -99,7 +100,8 @@ def _reference(x, k, steps):
                                       ("device", {"NUMBA_ENABLE_CUDASIM": "1"})])
 def test_every_index_of_an_array_the_body_makes_is_checked(path, env):
     records = _cases("device" if path == "device" else "host", **env)
-    assert [r["k"] for r in records] == [1, 3, -1, 10 ** 9]
+    assert [(r["via"], r["k"]) for r in records] == [(via, k) for via in ("deployed", "loaded")
+                                                     for k in (1, 3, -1, 10 ** 9)]
     x = np.linspace(1.0, 2.0, 40)
     for r in records:
         if path != "device":
