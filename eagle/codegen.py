@@ -57,7 +57,12 @@ class _Rewrite(ast.NodeTransformer):
                 elts[axis] = ast.Call(ast.Name(LX, ast.Load()), [
                     ast.Name(name, ast.Load()), e, ast.Constant(axis), ast.Name(ERR, ast.Load()),
                     ast.Name(self.idx, ast.Load()), ast.Constant(code)], [])
+        constant = isinstance(node.slice, ast.Constant) and type(node.slice.value) is int
         node.slice = ast.Tuple(elts, ast.Load()) if tuple_ else elts[0]
+        if constant and isinstance(node.ctx, ast.Load):
+            # t[0] of a tuple of mixed types needs its literal index: checked first, then read as written
+            read = ast.Subscript(ast.Name(name, ast.Load()), ast.Constant(elts[0].args[1].value), ast.Load())
+            return ast.Subscript(ast.Tuple([elts[0], read], ast.Load()), ast.Constant(1), ast.Load())
         return node
 
     def visit_Subscript(self, node):

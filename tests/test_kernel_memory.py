@@ -201,3 +201,25 @@ def test_a_helper_reading_a_plane_stays_checked_on_the_host_and_is_refused_on_th
     with pytest.raises(ValueError, match=r"kernel 'reads_through_helper': helper '_peek' indexes an array "
                                          r"\(a\[k\]\), which the device cannot check there"):
         device_source(eagle.deploy(reads_through_helper))
+
+
+@eagle.kernel
+def mixed_tuple(i, x: In, y: Out):
+    t = (1, 2.5)
+    a = np.zeros(2)
+    y[i] = t[1] + a[1] + x[i] + t[0]
+
+
+@eagle.kernel
+def constant_past_the_end(i, x: In, y: Out):
+    a = np.zeros(2)
+    y[i] = a[2] + x[i]
+
+
+def test_a_tuple_of_mixed_types_still_reads_by_a_literal_index_and_a_literal_past_an_array_is_checked():
+    x = np.linspace(-1.0, 1.0, 33)
+    got = eagle.plan.plan(mixed_tuple, structure=eagle.exec.HostTeam).run(x=x)
+    assert np.array_equal(got, np.array([2.5 + 0.0 + v + 1 for v in x]))
+    with pytest.raises(IndexError, match=r"index 2 is out of range for array 'a' \(made in the kernel's body\), "
+                                         r"whose axis 0 has 2 entries .*\[kernel 'constant_past_the_end', sample 0\]"):
+        eagle.plan.plan(constant_past_the_end, structure=eagle.exec.HostTeam).run(x=x)
