@@ -65,4 +65,10 @@ MUTANTS = [
      "old": " and not _checked_by(\n                    n, parents):",
      "new": ":",
      "tests": [T + "test_every_index_of_an_array_the_body_makes_is_checked[simd-env0]"], "timeout": 600},
+    {"name": "codegen: a literal index of a body's array read without its check",
+     "path": "eagle/codegen.py",
+     "old": "            return ast.Subscript(ast.Tuple([elts[0], read], ast.Load()), ast.Constant(1), ast.Load())",
+     "new": "            return read",
+     "tests": [T + "test_a_tuple_of_mixed_types_still_reads_by_a_literal_index_and_a_literal_past_an_array_is_checked"],
+     "timeout": 300},
 ]
