@@ -103,6 +103,7 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
     _refuse_unchecked_subscripts(fdef, refuse)
     if frozen is not None:
         _planes_passed_on(fdef, roles, frozen, refuse)
+    tables = table_uses(fdef, roles, refuse)      # first: a table rebound (t = x) is named as the table
     uses = {name: PlaneUse() for name, r in roles.items() if r.kind in PLANE_KINDS}
     cells = {name for name, r in roles.items() if r.kind == "Cell"}
     parents = {}
@@ -122,7 +123,7 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
             _plane_use(node, parents, idx, roles, uses, cells, refuse)
     access, reads_other = _classify(uses, cells, roles, declared, kname)
     return Access(access=access, reads_other_samples=reads_other, planes=uses, range_params=range_params,
-                  tables=table_uses(fdef, roles, refuse))
+                  tables=tables)
 
 
 def _plane_use(node, parents, idx, roles, uses, cells, refuse):
