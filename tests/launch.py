@@ -51,8 +51,15 @@ def mpiexec(n, args, *, timeout=180, env=None, check=True, popen=False):
     if popen:
         return subprocess.Popen(cmd, env=loopback_env(env), cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    proc = subprocess.run(cmd, env=loopback_env(env), cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    with subprocess.Popen(cmd, env=loopback_env(env), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as job:
+        try:
+            out, err = job.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, 9)               # the launcher and every rank it started
+            job.communicate()
+            raise
+    proc = subprocess.CompletedProcess(cmd, job.returncode, out, err)
     if check and proc.returncode != 0:
         raise AssertionError(f"mpiexec -n {n} {' '.join(args)} exited {proc.returncode}\n"
                              f"--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}")
