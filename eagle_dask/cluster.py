@@ -50,28 +50,28 @@ def cuda_workers_available() -> bool:
 
 
 def new_client(cls=None, *args, **kwargs):
-    """``cls(*args, **kwargs)`` (default ``distributed.Client``), started with the garbage collector
+    """``cls(*args, **kwargs)`` (default ``EagleClient``), started with the garbage collector
     held off.  A ``Client`` left for garbage collection closes its event loop from ``__del__``
     under distributed's ``LoopRunner`` lock; if that collection happens while a new client starts
     its loop in the same thread -- which holds the lock -- the thread waits for itself forever.
     Collecting first and starting with collection off closes that window."""
     import gc
 
-    from distributed import Client
+    from .client import EagleClient
     enabled = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
-        return (cls or Client)(*args, **kwargs)
+        return (cls or EagleClient)(*args, **kwargs)
     finally:
         if enabled:
             gc.enable()
 
 
 def _owning_client(cluster, cleanup=None):
-    from distributed import Client
+    from .client import EagleClient
 
-    class OwningClient(Client):
+    class OwningClient(EagleClient):
         """A client that closes its cluster when it closes (once)."""
 
         _eagle_cluster_closed = False

@@ -56,6 +56,17 @@ def block_rank(key: str) -> int | None:
         return None
 
 
+def kernel_of(key) -> str | None:
+    """The kernel whose run added task ``key`` (a string or a dask array chunk's tuple), or None
+    for a key no eagle run made."""
+    if isinstance(key, tuple) and key:
+        key = key[0]
+    if not isinstance(key, str) or "-eagle-" not in key:
+        return None
+    kernel, rest = key.split("-eagle-", 1)
+    return kernel if rest.split("-", 1)[0] in KINDS and kernel else None
+
+
 def run_tag(key) -> str | None:
     """The run tag of a numpy-mode block's key (None for any other key)."""
     if not isinstance(key, str) or _BLOCK not in key:

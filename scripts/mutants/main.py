@@ -1,4 +1,4 @@
-"""Mutants of the bind rules, the kernel's and the structures' call messages."""
+"""Mutants of the bind rules, the kernel's and the structures' call messages, and a client's close."""
 MUTANTS = [
     {"name": "a histogram's bins counted as samples", "path": "eagle/bind.py",
      "old": "        if not is_bins(plugin, name):\n            n_of[name] = int(v.shape[0])",
@@ -64,4 +64,12 @@ MUTANTS = [
      "old": "        comm.Abort(1)\n", "new": "",
      "tests": ["tests/test_launch.py::test_a_scheduler_that_cannot_start_ends_the_whole_job_with_its_reason"],
      "timeout": 300},
+    {"name": "a closing client leaves pending results to distributed's 'reason: unknown'",
+     "path": "eagle_dask/client.py",
+     "old": "                self.sync(self._eagle_end_pending)", "new": "                pass",
+     "tests": ["tests/test_client_close.py"], "timeout": 300},
+    {"name": "a lost lazy result no longer names its kernel", "path": "eagle_dask/keys.py",
+     "old": "    return kernel if rest.split(\"-\", 1)[0] in KINDS and kernel else None",
+     "new": "    return None",
+     "tests": ["tests/test_client_close.py"], "timeout": 300},
 ]
