@@ -23,14 +23,16 @@ import inspect
 import logging
 import os
 import sys
+import threading
 import weakref
 
 from eagle.host import cpu_count
 
 from . import scratch
 from . import security as tls
+from .leave import leave
 from .main_guard import refuse_unguarded
-from .published import identity, publish, unpublish
+from .published import identity, publish, scheduler_gone, unpublish, unpublish_if_names
 from .ranks import gpu_ids
 from .structure import DEFAULT_STALL
 from .warm import preloads
@@ -244,6 +246,8 @@ def abort_on_failure(comm, role, body):
     otherwise spin until the job's time limit."""
     try:
         return body()
+    except (KeyboardInterrupt, SystemExit):
+        raise           # stopped (Ctrl-C, the launcher ending the job, scancel): every rank is told
     except BaseException as e:  # noqa: BLE001 - said, then the job ends
         import traceback
         sys.stderr.write(f"eagle-dask: the {role} (rank {comm.Get_rank()}) failed: {type(e).__name__}: {e}; "
@@ -443,11 +447,15 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
     sec = tls.from_fields(fields) if fields else None
 
     place = scratch.private(local_directory, "serve")       # every rank's own files, 0700
+    _exit_on_sigterm()
+
+    here = {}
 
     async def scheduler():
         async with Scheduler(interface=interface, dashboard=dashboard, dashboard_address=dashboard_address,
                              security=sec, local_directory=place.path) as s:
             comm.bcast(s.address, root=0)
+            here["address"] = s.address
             await _joined(s, size - 1)              # the file says the cluster is ready: it is
             if os.path.lexists(client_file):
                 tls.add_address(client_file, s.address)
@@ -468,9 +476,14 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
                 abort_on_failure(comm, "scheduler",
                                  lambda: _run_scheduler(scheduler, (scheduler_file, client_file)))
             else:
-                asyncio.run(worker(comm.bcast(None, root=0)))
+                here["address"] = comm.bcast(None, root=0)
+                try:
+                    asyncio.run(worker(here["address"]))
+                finally:            # the scheduler's rank died: what it left names a gone cluster
+                    unpublish_if_names((scheduler_file, client_file), here["address"])
     finally:
         place.remove()
+    leave(comm, here["address"], rank == 0)
 
 
 async def _joined(scheduler, count):
@@ -492,9 +505,19 @@ def _run_scheduler(scheduler, files):
     try:
         asyncio.run(scheduler())
     finally:
-        for path in files:
-            if os.path.isfile(path) and os.stat(path).st_uid == os.getuid():
-                os.unlink(path)
+        unpublish(files)
+
+
+def _exit_on_sigterm():
+    """SIGTERM (``scancel``, the batch system's time limit) ends this rank through its ``finally``
+    blocks, so the scheduler file and credentials are removed, as at a clean shutdown."""
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
 
 
 def connect(target, *, timeout=60, security=None, **kwargs):
@@ -526,6 +549,10 @@ def connect(target, *, timeout=60, security=None, **kwargs):
                                "address is given as tls://host:port)")
         time.sleep(0.1)
     address, sec = tls.read_scheduler_file(target, security)
+    if scheduler_gone(address):
+        raise ConnectionError(f"eagle_dask.connect: the scheduler file {target} names {address}, where nothing "
+                              "listens: its cluster ended without removing it (its scheduler's rank was "
+                              "killed). Start the cluster again (it writes a new file), or remove the file")
     kwargs.setdefault("timeout", max(1, end - time.monotonic()))
     return new_client(None, address, security=sec, **kwargs)
 

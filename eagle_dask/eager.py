@@ -299,6 +299,11 @@ class EagerRun:
         if self.client.status not in ("running", "connecting", "newly-created"):
             raise RuntimeError(f"DaskPartition: the client closed while kernel {self.name!r} ran; the blocks of "
                                f"rank(s) {left} were not computed and the output planes are incomplete")
+        if _scheduler_lost(self.client, b.future):
+            raise RuntimeError(f"DaskPartition: the connection to the scheduler {self.client.scheduler.address} was "
+                               f"lost while kernel {self.name!r} ran: its process or host is gone (under mpirun, "
+                               f"rank 0 of `eagle-dask cluster`); the blocks of rank(s) {left} were not computed "
+                               "and the output planes are incomplete: start the cluster again and rerun")
         if (b.whole is not None and b.whole.status != "finished") or lost(self.table_f.values()):
             if lost(self.table_f.values()):
                 self._send_tables()                     # the tables were lost with every worker that held them
@@ -493,3 +498,10 @@ def _elsewhere(run, b):
     run._again(b)
     run._resubmitted.append(b)
     return True
+
+
+def _scheduler_lost(client, future) -> bool:
+    """Whether ``future`` was cancelled because ``client`` lost its scheduler (distributed's reason
+    ``scheduler-connection-lost``; the client is then reconnecting)."""
+    cancelled = getattr(getattr(future, "_state", None), "exception", None)
+    return getattr(cancelled, "reason", None) == "scheduler-connection-lost" or client.status == "connecting"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import time
 
 from . import security as tls
 
@@ -51,3 +53,39 @@ def unpublish(paths):
             continue
         if st.st_uid == os.getuid() and not os.path.islink(path) and os.path.isfile(path):
             os.unlink(path)
+
+
+def unpublish_if_names(paths, address):
+    """:func:`unpublish` ``paths`` (the scheduler file first) if that file still names ``address``:
+    a worker rank whose scheduler died removes what it left, never a newer cluster's file."""
+    try:
+        named = json.loads(tls.read_private(paths[0], "the scheduler file")).get("address")
+    except (OSError, ValueError, PermissionError):
+        return
+    if named == address:
+        unpublish(paths)
+
+
+#: seconds ``connect`` keeps trying a scheduler file's address before it says the scheduler is gone
+GONE_AFTER = 3.0
+
+
+def scheduler_gone(address, bound=GONE_AFTER) -> bool:
+    """Whether nothing listens at ``address`` (``tls://host:port``): every TCP connection refused for
+    ``bound`` seconds.  A host that does not answer (a timeout) is not taken as gone."""
+    try:
+        host, port = address.split("://", 1)[-1].rsplit(":", 1)
+        port = int(port)
+    except ValueError:
+        return False
+    end = time.monotonic() + bound
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), port), timeout=min(bound, 2.0)):
+                return False
+        except ConnectionRefusedError:
+            if time.monotonic() >= end:
+                return True
+            time.sleep(0.2)
+        except OSError:
+            return False

@@ -1,18 +1,61 @@
 """How eagle's clusters are launched: ``eagle-dask cluster`` writes its scheduler file only once
 its workers have joined, a hung worker is forgotten by the scheduler after eagle's stall bound
 (not distributed's 5 minutes), and without a dashboard no HTTP page is served; every listener
-on loopback."""
+on loopback.  When the scheduler's rank is lost, a run says so (not "cancelled"), and ``connect``
+refuses a scheduler file left behind, within seconds, naming it."""
 from __future__ import annotations
 
+import math
+import os
+import shutil
+import signal
 import time
 
+import numpy as np
 import pytest
 
 pytest.importorskip("distributed")
 
+import eagle  # noqa: E402
 import eagle_dask  # noqa: E402
+from eagle import In, Out, Param  # noqa: E402
+from eagle import plan as eplan  # noqa: E402
+from eagle_dask import DaskPartition  # noqa: E402
 from eagle_dask.structure import DEFAULT_STALL  # noqa: E402
-from tests.launch import assert_loopback_only, listeners, mpiexec, process_tree  # noqa: E402
+from tests.launch import assert_loopback_only, listeners, mpiexec, process_tree, run_in_thread  # noqa: E402
+
+
+@eagle.kernel
+def slow_sine(i, x: In, steps: Param, y: Out):
+    s = 0.0
+    for k in range(steps):
+        s += math.sin(x[i] + k)
+    y[i] = s
+
+
+def _cluster(n, sched):
+    """``eagle-dask cluster`` on ``n`` ranks under gforker, up (its scheduler file written)."""
+    proc = mpiexec(n, ["-m", "eagle_dask", "cluster", "--scheduler-file", str(sched), "--no-dashboard"], popen=True)
+    end = time.monotonic() + 180
+    while not sched.exists() and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.05)
+    if not sched.exists():
+        _end(proc)
+        raise AssertionError(proc.stdout.read() if proc.poll() is not None else "no scheduler file in 180 s")
+    return proc
+
+
+def _end(proc):
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+def _scheduler_pid(proc, address):
+    port = int(address.rsplit(":", 1)[1])
+    pids = [pid for pid, _, p in listeners(process_tree(proc.pid)) if p == port]
+    assert pids, f"no process of the job listens at {address}"
+    return pids[0]
 
 
 def _ttl(dask_scheduler):
@@ -65,3 +108,46 @@ def test_a_scheduler_that_cannot_start_ends_the_whole_job_with_its_reason(tmp_pa
     out = proc.stdout + proc.stderr
     assert "'ib0' is not a valid network interface" in out and "ending the MPI job" in out, out[-3000:]
     assert not (tmp_path / "s.json").exists()
+
+
+def test_a_run_whose_scheduler_rank_is_lost_says_so(tmp_path):
+    sched = tmp_path / "s.json"
+    proc = _cluster(3, sched)
+    try:
+        client = eagle_dask.connect(sched)
+        address = client.scheduler.address
+        p = eplan.plan(eagle.deploy(slow_sine), structure=DaskPartition.on(client))
+        th, box = run_in_thread(p, {"x": np.arange(8.0), "steps": 50_000_000})
+        time.sleep(2.0)
+        os.kill(_scheduler_pid(proc, address), signal.SIGKILL)
+        th.join(60)
+        assert not th.is_alive(), "the run still waits 60 s after its scheduler's rank was killed"
+        err = box.get("error")
+        assert isinstance(err, RuntimeError), box
+        text = str(err)
+        assert "connection to the scheduler" in text and address in text and "'slow_sine'" in text, text
+        assert "cancel" not in text, text
+        client.close()
+    finally:
+        _end(proc)
+
+
+def test_connect_refuses_a_scheduler_file_whose_scheduler_is_gone(tmp_path):
+    sched = tmp_path / "s.json"
+    proc = _cluster(2, sched)
+    try:
+        left = tmp_path / "left.json"            # what a killed scheduler's rank leaves behind
+        shutil.copy2(sched, left)
+        shutil.copy2(str(sched) + ".credentials.json", str(left) + ".credentials.json")
+        with eagle_dask.connect(sched) as client:
+            address = client.scheduler.address
+            client.shutdown()
+        assert proc.wait(timeout=120) == 0
+    finally:
+        _end(proc)
+    start = time.monotonic()
+    with pytest.raises(ConnectionError) as e:
+        eagle_dask.connect(left)
+    took = time.monotonic() - start
+    assert took < 8, f"connect took {took:.1f} s to refuse a file whose scheduler is gone"
+    assert str(left) in str(e.value) and address in str(e.value) and "nothing listens" in str(e.value)

@@ -72,4 +72,12 @@ MUTANTS = [
      "old": "    return kernel if rest.split(\"-\", 1)[0] in KINDS and kernel else None",
      "new": "    return None",
      "tests": ["tests/test_client_close.py"], "timeout": 300},
+    {"name": "connect never finds a scheduler gone", "path": "eagle_dask/published.py",
+     "old": "            if time.monotonic() >= end:\n                return True",
+     "new": "            if time.monotonic() >= end:\n                return False",
+     "tests": ["tests/test_launch.py::test_connect_refuses_a_scheduler_file_whose_scheduler_is_gone"],
+     "timeout": 300},
+    {"name": "a lost scheduler reported as a cancel", "path": "eagle_dask/eager.py",
+     "old": "        if _scheduler_lost(self.client, b.future):", "new": "        if False:",
+     "tests": ["tests/test_launch.py::test_a_run_whose_scheduler_rank_is_lost_says_so"], "timeout": 300},
 ]
