@@ -122,3 +122,116 @@ def test_a_scheduler_that_cannot_start_ends_the_job_with_its_reason():
     assert proc.returncode != 0
     assert took < 30, f"the job took {took:.0f} s to end"
     assert "'ib0'" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+
+
+LOST_RANK_DRIVER = '''
+import sys, time
+import numpy as np
+import eagle, eagle_dask
+from eagle import In, Out, Param
+from eagle import plan as eplan
+from eagle_dask import DaskPartition
+
+@eagle.kernel
+def count_up(i, x: In, steps: Param, y: Out):
+    s = 0.0
+    for k in range(steps):
+        s += 1.0
+    y[i] = x[i] + s
+
+STEPS = 600_000_000
+client = eagle_dask.connect(sys.argv[1])
+p = eplan.plan(eagle.deploy(count_up), structure=DaskPartition.on(client))
+x = np.arange(7.0) * 0.5
+print("RUNNING", flush=True)
+y = p.run(x=x, steps=STEPS)
+print("FIRST", np.array_equal(y.view(np.uint64), (x + float(STEPS)).view(np.uint64)), flush=True)
+y = p.run(x=x + 1.0, steps=1000)
+print("SECOND", np.array_equal(y.view(np.uint64), (x + 1001.0).view(np.uint64)),
+      len(client.scheduler_info()["workers"]), flush=True)
+client.shutdown()
+'''
+
+
+def _rank_pid(rank, bound=60.0):
+    """The pid of SLURM task ``rank`` of the job user's ``eagle-dask cluster``."""
+    import psutil
+    end = time.monotonic() + bound
+    while time.monotonic() < end:
+        for p in psutil.process_iter(["uids", "cmdline"]):
+            try:
+                if p.info["uids"].real != slurm.UID or "cluster" not in (p.info["cmdline"] or []):
+                    continue
+                if p.environ().get("SLURM_PROCID") == str(rank):
+                    return p.pid
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        time.sleep(0.2)
+    raise AssertionError(f"no task {rank} of eagle-dask cluster within {bound} s")
+
+
+def _busy(pid, bound=60.0):
+    """Wait until process ``pid`` uses a CPU (it runs a block)."""
+    import psutil
+    p = psutil.Process(pid)
+    end = time.monotonic() + bound
+    p.cpu_percent(None)
+    while time.monotonic() < end:
+        time.sleep(0.5)
+        if p.cpu_percent(None) > 50:
+            return
+    raise AssertionError(f"task pid {pid} ran no block within {bound} s")
+
+
+def _cluster_job(d, ranks):
+    sched = os.path.join(d, "sched.json")
+    job = slurm.as_user(["srun", "--mpi=pmi2", "-n", str(ranks), "--overcommit", "--time=5", "eagle-dask", "cluster",
+                         "--scheduler-file", sched, "--no-dashboard"], d, popen=True)
+    end = time.monotonic() + 120
+    while not os.path.exists(sched) and job.poll() is None and time.monotonic() < end:
+        time.sleep(0.1)
+    assert os.path.exists(sched), job.stdout.read() if job.poll() is not None else "no scheduler file in 120 s"
+    return job, sched
+
+
+def test_a_lost_worker_rank_leaves_the_cluster_running_with_the_same_bits():
+    """srun does not end a step when one task dies: the run reruns the lost rank's block on the
+    other worker (numpy's bits), the cluster serves the next run, and at shutdown the ranks that
+    are left end the job instead of waiting in MPI_Finalize for the lost one."""
+    d = slurm.job_dir()
+    with open(os.path.join(d, "driver.py"), "w") as f:
+        f.write(LOST_RANK_DRIVER)
+    job, sched = _cluster_job(d, 3)
+    driver = slurm.as_user(["python", "driver.py", sched], d, popen=True)
+    try:
+        victim = _rank_pid(2)
+        _busy(victim)
+        os.kill(victim, 9)
+        out, _ = driver.communicate(timeout=240)
+        assert "FIRST True" in out and "SECOND True 1" in out, out[-4000:]
+        shut = time.monotonic()
+        job_out, _ = job.communicate(timeout=90)
+        took = time.monotonic() - shut
+        assert took < 40, f"the job took {took:.0f} s to end after shutdown"
+        assert "leaves without the ranks that did not come to the end" in job_out, job_out[-3000:]
+        assert not os.path.exists(sched)
+    finally:
+        for p in (driver, job):
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+
+
+def test_a_lost_scheduler_rank_ends_the_job_and_removes_its_files():
+    d = slurm.job_dir()
+    job, sched = _cluster_job(d, 3)
+    try:
+        os.kill(_rank_pid(0), 9)
+        start = time.monotonic()
+        job_out, _ = job.communicate(timeout=90)
+        took = time.monotonic() - start
+        assert took < 40, f"the job took {took:.0f} s to end after its scheduler's rank was killed"
+        assert "its scheduler is gone" in job_out, job_out[-3000:]
+        assert not os.path.exists(sched) and not os.path.exists(sched + ".credentials.json")
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, 9)
