@@ -80,8 +80,9 @@ class Cluster:
     """``eagle-dask cluster`` with the scheduler on host ``scheduler`` and one worker on each of
     ``workers``, its scheduler file in ``workdir``; ended (every process) on exit."""
 
-    def __init__(self, scheduler: int, workers, workdir: str, timeout: float = 90):
+    def __init__(self, scheduler: int, workers, workdir: str, timeout: float = 90, launcher_options=()):
         self.hosts = [scheduler, *workers]
+        self.launcher_options = list(launcher_options)
         self.file = os.path.join(workdir, "scheduler.json")
         self.log = os.path.join(workdir, "mpiexec.log")
         self.timeout = timeout
@@ -114,7 +115,7 @@ class Cluster:
     def __enter__(self):
         end = time.monotonic() + self.timeout
         names = ",".join(f"eagle-h{h}" for h in self.hosts)
-        self._start(self.hosts[0], ["mpiexec.hydra", "-launcher", "manual", "-hosts", names, "-n",
+        self._start(self.hosts[0], ["mpiexec.hydra", *self.launcher_options, "-launcher", "manual", "-hosts", names, "-n",
                                     str(len(self.hosts)), "-ppn", "1", "-iface", "eth0", "eagle-dask", "cluster",
                                     "--scheduler-file", self.file, "--interface", "eth0", "--nthreads", "1",
                                     "--no-dashboard"], self.log)
