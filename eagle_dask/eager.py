@@ -31,6 +31,7 @@ next run's tasks are submitted, or ``HOLD`` seconds after the run, whichever com
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import warnings
@@ -44,6 +45,7 @@ from eagle.roles import OUTPUT_KINDS, TABLE
 from eagle.rows import split
 
 from . import keys
+from .client import CLOSED_REASON
 from .progress import end_progress, show_progress
 from .ranks import worker_ranks
 from .send import scatter_everywhere
@@ -227,11 +229,13 @@ class EagerRun:
                 pass                                    # looked at below, block by block
             done = [f for f in pending if f.done()]
             if done:
-                again = self._collect([pending.pop(f) for f in done])
+                with self._scheduler_calls():
+                    again = self._collect([pending.pop(f) for f in done])
                 pending.update({b.future: b for b in [*self._resubmitted, *again]})
             else:
-                stuck, live = watch.stuck(list(pending.values()))
-                stalled, others = silence.stalled(list(pending.values()))
+                with self._scheduler_calls():
+                    stuck, live = watch.stuck(list(pending.values()))
+                    stalled, others = silence.stalled(list(pending.values()))
                 again = [(b, live, True) for b in stuck] + [(b, others, False) for b in stalled if b not in stuck]
                 for b, to, loose in again:
                     del pending[b.future]
@@ -293,17 +297,32 @@ class EagerRun:
         """The ranks whose blocks have not come back."""
         return sorted(b.rank for b in self.blocks if self.rows_of[b.rank] is None)
 
+    @contextlib.contextmanager
+    def _scheduler_calls(self):
+        """Calls to the scheduler: a connection closed under them because the scheduler is gone
+        (``CommClosedError``, an ``OSError``) ends the run in :meth:`_scheduler_lost`'s words."""
+        try:
+            yield
+        except OSError as e:
+            if self.client.status == "running" and self.client.scheduler.address not in str(e):
+                raise
+            raise self._scheduler_lost() from None
+
+    def _scheduler_lost(self):
+        return RuntimeError(f"DaskPartition: the connection to the scheduler {self.client.scheduler.address} was "
+                            f"lost while kernel {self.name!r} ran: its process or host is gone (under mpirun, "
+                            f"rank 0 of `eagle-dask cluster`); the blocks of rank(s) {self.left()} were not "
+                            "computed and the output planes are incomplete: start the cluster again and rerun")
+
     def _cancelled(self, b):
         """A block whose future was cancelled: the client closed, whole planes lost, or a cancel."""
         left = self.left()
-        if self.client.status not in ("running", "connecting", "newly-created"):
+        if (self.client.status not in ("running", "connecting", "newly-created")
+                or _cancel_reason(b.future) == CLOSED_REASON):
             raise RuntimeError(f"DaskPartition: the client closed while kernel {self.name!r} ran; the blocks of "
                                f"rank(s) {left} were not computed and the output planes are incomplete")
         if _scheduler_lost(self.client, b.future):
-            raise RuntimeError(f"DaskPartition: the connection to the scheduler {self.client.scheduler.address} was "
-                               f"lost while kernel {self.name!r} ran: its process or host is gone (under mpirun, "
-                               f"rank 0 of `eagle-dask cluster`); the blocks of rank(s) {left} were not computed "
-                               "and the output planes are incomplete: start the cluster again and rerun")
+            raise self._scheduler_lost()
         if (b.whole is not None and b.whole.status != "finished") or lost(self.table_f.values()):
             if lost(self.table_f.values()):
                 self._send_tables()                     # the tables were lost with every worker that held them
@@ -500,8 +519,13 @@ def _elsewhere(run, b):
     return True
 
 
+def _cancel_reason(future):
+    """The reason ``future`` was cancelled with (distributed's, or ``EagleClient``'s at close), or None."""
+    cancelled = getattr(getattr(future, "_state", None), "exception", None)
+    return getattr(cancelled, "reason", None)
+
+
 def _scheduler_lost(client, future) -> bool:
     """Whether ``future`` was cancelled because ``client`` lost its scheduler (distributed's reason
     ``scheduler-connection-lost``; the client is then reconnecting)."""
-    cancelled = getattr(getattr(future, "_state", None), "exception", None)
-    return getattr(cancelled, "reason", None) == "scheduler-connection-lost" or client.status == "connecting"
+    return _cancel_reason(future) == "scheduler-connection-lost" or client.status == "connecting"

@@ -5,7 +5,6 @@ words, that the client closed, which kernel's result was lost and what to do -- 
 """
 from __future__ import annotations
 
-import math
 import threading
 import time
 
@@ -18,17 +17,12 @@ da = pytest.importorskip("dask.array")
 import eagle  # noqa: E402
 import eagle_dask  # noqa: E402
 from distributed.client import FutureCancelledError  # noqa: E402
-from eagle import In, Out, Param  # noqa: E402
 from eagle import plan as eplan  # noqa: E402
 from eagle_dask import DaskPartition  # noqa: E402
+from tests import kernels as K  # noqa: E402
 
 
-@eagle.kernel
-def slow_sine(i, x: In, steps: Param, y: Out):
-    s = 0.0
-    for k in range(steps):
-        s += math.sin(x[i] + k)
-    y[i] = s
+slow_sine = K.slow_sine
 
 
 def _running(client, kernel, bound=60.0):

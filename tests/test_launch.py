@@ -5,7 +5,6 @@ on loopback.  When the scheduler's rank is lost, a run says so (not "cancelled")
 refuses a scheduler file left behind, within seconds, naming it."""
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import signal
@@ -18,19 +17,14 @@ pytest.importorskip("distributed")
 
 import eagle  # noqa: E402
 import eagle_dask  # noqa: E402
-from eagle import In, Out, Param  # noqa: E402
 from eagle import plan as eplan  # noqa: E402
 from eagle_dask import DaskPartition  # noqa: E402
+from tests import kernels as K  # noqa: E402
 from eagle_dask.structure import DEFAULT_STALL  # noqa: E402
 from tests.launch import assert_loopback_only, listeners, mpiexec, process_tree, run_in_thread  # noqa: E402
 
 
-@eagle.kernel
-def slow_sine(i, x: In, steps: Param, y: Out):
-    s = 0.0
-    for k in range(steps):
-        s += math.sin(x[i] + k)
-    y[i] = s
+slow_sine = K.slow_sine
 
 
 def _cluster(n, sched):
