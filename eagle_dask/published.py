@@ -52,7 +52,10 @@ def unpublish(paths):
         except OSError:
             continue
         if st.st_uid == os.getuid() and not os.path.islink(path) and os.path.isfile(path):
-            os.unlink(path)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass            # removed meanwhile (another rank of the cluster, on a shared file system)
 
 
 def unpublish_if_names(paths, address):

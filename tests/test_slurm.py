@@ -3,6 +3,7 @@
 SLURM is not running."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -133,34 +134,46 @@ from eagle import plan as eplan
 from eagle_dask import DaskPartition
 
 @eagle.kernel
-def count_up(i, x: In, steps: Param, y: Out):
+def halve_and_add(i, x: In, steps: Param, y: Out):
     s = 0.0
     for k in range(steps):
-        s += 1.0
-    y[i] = x[i] + s
+        s = s * 0.5 + x[i]
+    y[i] = s
 
-STEPS = 600_000_000
+def reference(x, steps):
+    # numpy, the same operations (s * 0.5 is exact): the values stop changing long before steps
+    s = np.zeros_like(x)
+    for _ in range(steps):
+        nxt = s * 0.5 + x
+        if np.array_equal(nxt, s):
+            break
+        s = nxt
+    return s
+
+STEPS = 1_000_000_000          # about a second per sample: the kill comes while blocks run
 client = eagle_dask.connect(sys.argv[1])
-p = eplan.plan(eagle.deploy(count_up), structure=DaskPartition.on(client))
-x = np.arange(7.0) * 0.5
+p = eplan.plan(eagle.deploy(halve_and_add), structure=DaskPartition.on(client))
+x = np.arange(7.0) * 0.5 + 0.25
 print("RUNNING", flush=True)
+t = time.monotonic()
 y = p.run(x=x, steps=STEPS)
-print("FIRST", np.array_equal(y.view(np.uint64), (x + float(STEPS)).view(np.uint64)), flush=True)
+print("FIRST", np.array_equal(y.view(np.uint64), reference(x, STEPS).view(np.uint64)),
+      f"{time.monotonic() - t:.1f} s", flush=True)
 y = p.run(x=x + 1.0, steps=1000)
-print("SECOND", np.array_equal(y.view(np.uint64), (x + 1001.0).view(np.uint64)),
+print("SECOND", np.array_equal(y.view(np.uint64), reference(x + 1.0, 1000).view(np.uint64)),
       len(client.scheduler_info()["workers"]), flush=True)
 client.shutdown()
 '''
 
 
-def _rank_pid(rank, bound=60.0):
-    """The pid of SLURM task ``rank`` of the job user's ``eagle-dask cluster``."""
+def _rank_pid(rank, sched, bound=60.0):
+    """The pid of SLURM task ``rank`` of the job user's ``eagle-dask cluster`` writing ``sched``."""
     import psutil
     end = time.monotonic() + bound
     while time.monotonic() < end:
         for p in psutil.process_iter(["uids", "cmdline"]):
             try:
-                if p.info["uids"].real != slurm.UID or "cluster" not in (p.info["cmdline"] or []):
+                if p.info["uids"].real != slurm.UID or sched not in (p.info["cmdline"] or []):
                     continue
                 if p.environ().get("SLURM_PROCID") == str(rank):
                     return p.pid
@@ -204,7 +217,7 @@ def test_a_lost_worker_rank_leaves_the_cluster_running_with_the_same_bits():
     job, sched = _cluster_job(d, 3)
     driver = slurm.as_user(["python", "driver.py", sched], d, popen=True)
     try:
-        victim = _rank_pid(2)
+        victim = _rank_pid(2, sched)
         _busy(victim)
         os.kill(victim, 9)
         out, _ = driver.communicate(timeout=240)
@@ -225,7 +238,7 @@ def test_a_lost_scheduler_rank_ends_the_job_and_removes_its_files():
     d = slurm.job_dir()
     job, sched = _cluster_job(d, 3)
     try:
-        os.kill(_rank_pid(0), 9)
+        os.kill(_rank_pid(0, sched), 9)
         start = time.monotonic()
         job_out, _ = job.communicate(timeout=90)
         took = time.monotonic() - start
@@ -235,3 +248,102 @@ def test_a_lost_scheduler_rank_ends_the_job_and_removes_its_files():
     finally:
         if job.poll() is None:
             os.killpg(job.pid, 9)
+
+
+JOBQUEUE_RUN = '''
+import json, os, sys, time
+import numpy as np
+import eagle, eagle_dask
+from eagle import plan as eplan
+from eagle.bits import as_dict
+from eagle.models import oscillator
+
+x0 = np.ones(1001); v0 = np.zeros(1001); omega = np.linspace(0.5, 2.0, 1001)
+out = eplan.plan(eagle.deploy(oscillator), structure=eagle_dask.DaskPartition.on(client)).run(
+    omega=omega, dt=1e-3, steps=200, x=x0.copy(), v=v0.copy())
+xi, vi = x0.copy(), v0.copy()                  # numpy, the same operations in the same order
+for _ in range(200):
+    xi, vi = xi + 1e-3 * vi, vi - 1e-3 * omega * omega * xi
+got = as_dict(eagle.deploy(oscillator), out)
+same = all(np.array_equal(a.view(np.uint64), b.view(np.uint64)) for a, b in ((got["x"], xi), (got["v"], vi)))
+info = client.scheduler_info()
+ports = [client.scheduler.address] + sorted(w for w in info["workers"]) + sorted(
+    w["nanny"] for w in info["workers"].values() if w.get("nanny"))
+print("IDENTICAL" if same else "DIFFERENT", flush=True)
+print("PORTS " + json.dumps(ports), flush=True)
+end = time.monotonic() + 120
+while not os.path.exists("attacked") and time.monotonic() < end:
+    time.sleep(0.2)
+client.close(); cluster.close()
+print("CLOSED", flush=True)
+'''
+
+STRANGER = '''
+import asyncio, json, sys
+from distributed.comm import connect
+from distributed.security import Security
+
+mine = Security.temporary()          # a certificate of the stranger's own
+for address in json.loads(sys.argv[1]):
+    port = address.rsplit(":", 1)[1]
+    for how, target, kw in (("tcp", "tcp://127.0.0.1:" + port, {}),
+                            ("tls", "tls://127.0.0.1:" + port, mine.get_connection_args("client"))):
+        async def probe():
+            comm = await connect(target, timeout=5, **kw)
+            await comm.write({"op": "identity", "reply": True})
+            return await asyncio.wait_for(comm.read(), 5)
+        try:
+            reply = asyncio.run(probe())
+            print("ANSWERED", how, address, str(reply)[:80], flush=True)
+        except Exception as e:
+            print("REFUSED", how, address, type(e).__name__, flush=True)
+'''
+
+
+def _jobqueue_recipe():
+    text = open(os.path.join(ROOT, "docs", "laptop_to_cluster.md")).read()
+    section = text.split("## 4. Workers that come and go", 1)[1].split("## 5.", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    for old, new in (("cores = 32", "cores = 1"), ('memory="120GB"', 'memory="1GB"'),
+                     ('walltime="01:00:00"', 'walltime="00:05:00"'), ('interface="ib0"', 'interface="lo"'),
+                     ("cluster.scale(jobs=4)", "cluster.scale(jobs=2)"),
+                     ("client.wait_for_workers(4, timeout=600)", "client.wait_for_workers(2, timeout=180)"),
+                     ("p = eplan.plan(oscillator, structure=eagle_dask.DaskPartition)\n", "")):
+        assert code.count(old) == 1, f"the recipe no longer has {old!r} once"
+        code = code.replace(old, new)
+    return code + JOBQUEUE_RUN
+
+
+def test_the_jobqueue_recipe_runs_with_tls_and_refuses_a_stranger_on_every_port():
+    """dask-jobqueue's SLURMCluster as docs/laptop_to_cluster.md shows it, submitted to SLURM by
+    the job's user: the bits of numpy; another local user (uid 65533), with no certificate or a
+    certificate of its own, gets no answer from the scheduler, any worker or any nanny."""
+    d = slurm.job_dir()
+    path = os.path.join(d, "jobqueue_run.py")
+    with open(path, "w") as f:
+        f.write(_jobqueue_recipe())
+    os.chown(path, slurm.UID, slurm.UID)
+    driver = slurm.as_user(["python", "jobqueue_run.py"], d, popen=True)
+    out = ""
+    try:
+        end = time.monotonic() + 240
+        while "PORTS " not in out and time.monotonic() < end and driver.poll() is None:
+            out += driver.stdout.readline()
+        assert "IDENTICAL" in out, out[-4000:]
+        ports = out.split("PORTS ", 1)[1].splitlines()[0]
+        assert ports.count("tls://") >= 3, ports            # the scheduler, two workers (and nannies)
+        stranger = subprocess.run(
+            ["nsenter", f"--net=/run/netns/{slurm.NS}", "setpriv", "--reuid=65533", "--regid=65533",
+             "--clear-groups", "env", "-i", f"PATH={slurm.VENV}/bin:/usr/bin:/bin", "HOME=/tmp",
+             slurm.PYTHON, "-c", STRANGER, ports], capture_output=True, text=True, timeout=120)
+        with open(os.path.join(d, "attacked"), "w"):
+            pass
+        said = stranger.stdout
+        print(said)
+        assert "ANSWERED" not in said and said.count("REFUSED") == 2 * len(json.loads(ports)), \
+            said + stranger.stderr[-2000:]
+        out += driver.communicate(timeout=120)[0]
+        assert "CLOSED" in out, out[-3000:]
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, 9)
