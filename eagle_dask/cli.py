@@ -74,7 +74,7 @@ def _cluster(args):
     from . import serve
     serve(args.scheduler_file, interface=args.interface, nthreads=args.nthreads,
           dashboard=not args.no_dashboard, dashboard_address=args.dashboard_address, security=security_of(args),
-          local_directory=args.local_directory)
+          local_directory=args.local_directory, quiet=args.quiet)
     return 0
 
 
@@ -114,6 +114,8 @@ def parser():
                                                            "allowed to write to it")
     c.add_argument("--no-tls", action="store_true", help="plain TCP, no authentication: any user who can "
                                                          "reach a port runs code as you")
+    c.add_argument("--quiet", action="store_true", help="distributed logs warnings and errors only (no INFO "
+                                                        "lines, no tracebacks of connections closed at shutdown)")
     c.set_defaults(func=_cluster)
     return ap
 

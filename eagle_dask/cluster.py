@@ -313,6 +313,9 @@ def _worker_class(worker_class, nthreads, worker_options, gpu):
 
 
 def _quiet(level):
+    """distributed's and tornado's loggers at ``level``; after distributed is imported, whose import
+    sets their levels from its config (a level set before would be undone)."""
+    import distributed  # noqa: F401 - its logging configuration first
     for name in ("distributed", "tornado"):
         logging.getLogger(name).setLevel(level)
 
@@ -414,7 +417,7 @@ def _dask_mpi(fields, place, launch, **kwargs):
 
 
 def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboard_address=None,
-          memory_limit="auto", local_directory=None, comm=None, security=None):
+          memory_limit="auto", local_directory=None, comm=None, security=None, quiet=False):
     """Run this MPI rank as part of a cluster others join with :func:`connect` (``eagle-dask cluster``).
 
     Rank 0 runs the scheduler and writes ``scheduler_file`` (its address, mode 0600); every other
@@ -427,6 +430,7 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
     ``connect(scheduler_file)`` reads.  A ``distributed.Security`` (rank 0's) is used as given (its
     client part goes in that file).  ``False`` is plain TCP: any user of the machine who finds a port
     can connect and run code as you.  A file there that belongs to another user is refused.
+    ``quiet``: distributed logs warnings and errors only (``eagle-dask cluster --quiet``).
     """
     from distributed import Scheduler
     from distributed.utils import import_term
@@ -448,6 +452,8 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
 
     place = scratch.private(local_directory, "serve")       # every rank's own files, 0700
     _exit_on_sigterm()
+    if quiet:
+        _quiet(logging.WARNING)
 
     here = {}
 
@@ -549,7 +555,7 @@ def connect(target, *, timeout=60, security=None, **kwargs):
                                "address is given as tls://host:port)")
         time.sleep(0.1)
     address, sec = tls.read_scheduler_file(target, security)
-    if scheduler_gone(address):
+    if scheduler_gone(address, sec):
         raise ConnectionError(f"eagle_dask.connect: the scheduler file {target} names {address}, where nothing "
                               "listens: its cluster ended without removing it (its scheduler's rank was "
                               "killed). Start the cluster again (it writes a new file), or remove the file")

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import time
+import threading
 
 from . import security as tls
 
@@ -73,22 +72,39 @@ def unpublish_if_names(paths, address):
 GONE_AFTER = 3.0
 
 
-def scheduler_gone(address, bound=GONE_AFTER) -> bool:
-    """Whether nothing listens at ``address`` (``tls://host:port``): every TCP connection refused for
-    ``bound`` seconds.  A host that does not answer (a timeout) is not taken as gone."""
-    try:
-        host, port = address.split("://", 1)[-1].rsplit(":", 1)
-        port = int(port)
-    except ValueError:
-        return False
-    end = time.monotonic() + bound
-    while True:
+def scheduler_gone(address, security=None, bound=GONE_AFTER) -> bool:
+    """Whether nothing listens at ``address``: a dask connection (``security``'s client credentials,
+    its handshake, then closed: the scheduler sees an ordinary client come and go) refused for
+    ``bound`` seconds.  A host that does not answer (a timeout) is not taken as gone.  Runs in a
+    thread of its own, so that it works where an event loop already runs (a notebook)."""
+    import asyncio
+
+    from distributed.comm import connect as dask_connect
+    args = security.get_connection_args("client") if security is not None else {}
+    outcome = {}
+
+    async def probe():
+        comm = await dask_connect(address, timeout=bound, **args)
+        await comm.close()
+
+    def run():
         try:
-            with socket.create_connection((host.strip("[]"), port), timeout=min(bound, 2.0)):
-                return False
-        except ConnectionRefusedError:
-            if time.monotonic() >= end:
-                return True
-            time.sleep(0.2)
-        except OSError:
-            return False
+            asyncio.run(probe())
+        except OSError as e:
+            outcome["gone"] = _refused(e)
+
+    t = threading.Thread(target=run, name="eagle-scheduler-probe", daemon=True)
+    t.start()
+    t.join(bound + 10)
+    return outcome.get("gone", False)
+
+
+def _refused(error) -> bool:
+    """Whether ``error`` (or an error it was raised from) is a refused connection."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, ConnectionRefusedError):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False

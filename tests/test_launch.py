@@ -5,6 +5,7 @@ on loopback.  When the scheduler's rank is lost, a run says so (not "cancelled")
 refuses a scheduler file left behind, within seconds, naming it."""
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -27,9 +28,10 @@ from tests.launch import assert_loopback_only, listeners, mpiexec, process_tree,
 slow_sine = K.slow_sine
 
 
-def _cluster(n, sched):
+def _cluster(n, sched, *more):
     """``eagle-dask cluster`` on ``n`` ranks under gforker, up (its scheduler file written)."""
-    proc = mpiexec(n, ["-m", "eagle_dask", "cluster", "--scheduler-file", str(sched), "--no-dashboard"], popen=True)
+    proc = mpiexec(n, ["-m", "eagle_dask", "cluster", "--scheduler-file", str(sched), "--no-dashboard", *more],
+                   popen=True)
     end = time.monotonic() + 180
     while not sched.exists() and proc.poll() is None and time.monotonic() < end:
         time.sleep(0.05)
@@ -145,3 +147,25 @@ def test_connect_refuses_a_scheduler_file_whose_scheduler_is_gone(tmp_path):
     took = time.monotonic() - start
     assert took < 8, f"connect took {took:.1f} s to refuse a file whose scheduler is gone"
     assert str(left) in str(e.value) and address in str(e.value) and "nothing listens" in str(e.value)
+
+
+def test_a_quiet_cluster_says_nothing_through_a_run_and_its_shutdown(tmp_path):
+    """``eagle-dask cluster --quiet``: joined (connect's check that the scheduler is there
+    included), a run, ``client.shutdown()``: not one INFO line or traceback, and no warning of a
+    failed handshake (connect's check is an ordinary client coming and going)."""
+    sched = tmp_path / "s.json"
+    proc = _cluster(3, sched, "--quiet")
+    try:
+        with eagle_dask.connect(sched) as client:
+            p = eplan.plan(eagle.deploy(slow_sine), structure=DaskPartition.on(client, progress=False))
+            y = p.run(x=np.arange(5.0), steps=3)
+            ref = np.array([sum(math.sin(v + k) for k in range(3)) for v in np.arange(5.0)])
+            assert np.allclose(y, ref)
+            client.shutdown()
+        out = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 0, out[-3000:]
+    finally:
+        _end(proc)
+    noise = [line for line in out.splitlines()
+             if " - INFO - " in line or "Traceback" in line or "handshake failed" in line]
+    assert noise == [], "\n".join(noise[:40])
