@@ -22,7 +22,7 @@ from eagle import plan as eplan  # noqa: E402
 from eagle_dask import DaskPartition  # noqa: E402
 from tests import kernels as K  # noqa: E402
 from eagle_dask.structure import DEFAULT_STALL  # noqa: E402
-from tests.launch import assert_loopback_only, listeners, mpiexec, process_tree, run_in_thread  # noqa: E402
+from tests.launch import ROOT, assert_loopback_only, listeners, mpiexec, process_tree, run_in_thread  # noqa: E402
 
 
 slow_sine = K.slow_sine
@@ -168,4 +168,14 @@ def test_a_quiet_cluster_says_nothing_through_a_run_and_its_shutdown(tmp_path):
         _end(proc)
     noise = [line for line in out.splitlines()
              if " - INFO - " in line or "Traceback" in line or "handshake failed" in line]
+    assert noise == [], "\n".join(noise[:40])
+
+
+def test_initialize_is_quiet_through_a_run_and_the_shutdown_at_exit():
+    """``eagle_dask.initialize()`` (``quiet=True`` by default) under mpiexec: the run has numpy's
+    bits, and the whole job prints not one INFO line or traceback."""
+    proc = mpiexec(4, [os.path.join(ROOT, "tests", "mpi_scripts", "quiet_initialize.py")], timeout=240)
+    out = proc.stdout + proc.stderr
+    assert 'RESULT {"same": true}' in out, out[-3000:]
+    noise = [line for line in out.splitlines() if " - INFO - " in line or "Traceback" in line]
     assert noise == [], "\n".join(noise[:40])

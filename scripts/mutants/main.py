@@ -83,4 +83,9 @@ MUTANTS = [
      "old": "    _exit_on_sigterm()\n    if quiet:", "new": "    _exit_on_sigterm()\n    if False:",
      "tests": ["tests/test_launch.py::test_a_quiet_cluster_says_nothing_through_a_run_and_its_shutdown"],
      "timeout": 300},
+    {"name": "initialize(quiet=True) ignored", "path": "eagle_dask/cluster.py",
+     "old": "    if quiet:\n        _quiet(logging.WARNING)\n    interface, dashboard_address",
+     "new": "    if False:\n        _quiet(logging.WARNING)\n    interface, dashboard_address",
+     "tests": ["tests/test_launch.py::test_initialize_is_quiet_through_a_run_and_the_shutdown_at_exit"],
+     "timeout": 300},
 ]
