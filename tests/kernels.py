@@ -200,8 +200,8 @@ def slow_neighbours(i, x: In, steps: Param, y: Out):
 
 @eagle.kernel
 def slow_sine(i, x: In, steps: Param, y: Out):
-    """Fault injection only: a sum of ``steps`` sines per sample, as slow as ``steps`` makes it."""
+    """Fault injection only: a sum of ``steps`` half sines per sample, as slow as ``steps`` makes it."""
     s = 0.0
     for k in range(steps):
-        s += math.sin(x[i] + k)
+        s += 0.5 * math.sin(x[i] + k)
     y[i] = s

@@ -44,9 +44,41 @@ def require_mpi():
         pytest.skip("mpiexec.gforker (the mpich wheel) is not installed")
 
 
+def clear_stale_mpich_segments(directory="/dev/shm", older_than=30.0):
+    """Remove this user's ``mpich_shm_*`` segments that no process maps or holds open (and that
+    are older than ``older_than`` seconds, so a job starting now is never touched).
+
+    A killed job of the mpich wheel (the tests kill ranks on purpose, and kill jobs that run past
+    their bound) leaves its node segment behind, named by a hash of its PMI job name, which holds
+    the launcher's pid under gforker; a later job whose launcher gets the same pid (pids wrap at
+    32768 here) attaches to the stale segment and hangs in MPI_Init."""
+    import glob
+    now = time.time()
+    stale = set()
+    for path in glob.glob(os.path.join(directory, "mpich_shm_*")):
+        with contextlib.suppress(OSError):
+            st = os.lstat(path)
+            if st.st_uid == os.geteuid() and os.path.isfile(path) and now - st.st_mtime > older_than:
+                stale.add(path)
+    if not stale:
+        return
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as f:
+            stale -= {line.split(None, 5)[-1].strip().removesuffix(" (deleted)") for line in f
+                      if "mpich_shm_" in line}
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    stale.discard(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    for path in stale:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
 def mpiexec(n, args, *, timeout=180, env=None, check=True, popen=False):
     """Run ``python *args`` under ``mpiexec.gforker -n n`` on loopback; return the CompletedProcess."""
     require_mpi()
+    clear_stale_mpich_segments()
     cmd = [gforker(), "-n", str(n), sys.executable, *args]
     if popen:
         return subprocess.Popen(cmd, env=loopback_env(env), cwd=ROOT, stdout=subprocess.PIPE,
