@@ -489,7 +489,7 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
                     unpublish_if_names((scheduler_file, client_file), here["address"])
     finally:
         place.remove()
-    leave(comm, here["address"], rank == 0)
+    leave(comm, here["address"], rank == 0, sec)
 
 
 async def _joined(scheduler, count):

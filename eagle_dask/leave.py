@@ -20,15 +20,16 @@ from .published import scheduler_gone
 LEAVE_WAIT = 10.0
 
 
-def leave(comm, address, is_scheduler, wait=LEAVE_WAIT):
-    """Wait for every rank (a non-blocking barrier), or leave alone when a rank is lost (see the module)."""
+def leave(comm, address, is_scheduler, security=None, wait=LEAVE_WAIT):
+    """Wait for every rank (a non-blocking barrier), or leave alone when a rank is lost (see the module);
+    ``security``: this rank's credentials, to look for its scheduler."""
     done = comm.Ibarrier()
     look = time.monotonic() + wait
     while not done.Test():
         time.sleep(0.05)
         if time.monotonic() < look:
             continue
-        if is_scheduler or scheduler_gone(address, bound=1.0):
+        if is_scheduler or scheduler_gone(address, security, bound=1.0, role="worker"):
             why = "" if is_scheduler else f"; its scheduler is gone (nothing listens at {address})"
             sys.stderr.write(f"eagle-dask: rank {comm.Get_rank()} leaves without the ranks that did not come to "
                              f"the end (lost){why}: the cluster has ended\n")

@@ -72,15 +72,15 @@ def unpublish_if_names(paths, address):
 GONE_AFTER = 3.0
 
 
-def scheduler_gone(address, security=None, bound=GONE_AFTER) -> bool:
-    """Whether nothing listens at ``address``: a dask connection (``security``'s client credentials,
+def scheduler_gone(address, security=None, bound=GONE_AFTER, role="client") -> bool:
+    """Whether nothing listens at ``address``: a dask connection (``security``'s credentials for ``role``,
     its handshake, then closed: the scheduler sees an ordinary client come and go) refused for
     ``bound`` seconds.  A host that does not answer (a timeout) is not taken as gone.  Runs in a
     thread of its own, so that it works where an event loop already runs (a notebook)."""
     import asyncio
 
     from distributed.comm import connect as dask_connect
-    args = security.get_connection_args("client") if security is not None else {}
+    args = security.get_connection_args(role) if security is not None else {}
     outcome = {}
 
     async def probe():
@@ -92,6 +92,8 @@ def scheduler_gone(address, security=None, bound=GONE_AFTER) -> bool:
             asyncio.run(probe())
         except OSError as e:
             outcome["gone"] = _refused(e)
+        except Exception:  # noqa: BLE001 - no conclusion (e.g. no credentials for this address)
+            outcome["gone"] = False
 
     t = threading.Thread(target=run, name="eagle-scheduler-probe", daemon=True)
     t.start()
