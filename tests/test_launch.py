@@ -113,7 +113,7 @@ def test_a_run_whose_scheduler_rank_is_lost_says_so(tmp_path):
         client = eagle_dask.connect(sched)
         address = client.scheduler.address
         p = eplan.plan(eagle.deploy(slow_sine), structure=DaskPartition.on(client))
-        th, box = run_in_thread(p, {"x": np.arange(8.0), "steps": 50_000_000})
+        th, box = run_in_thread(p, {"x": np.arange(8.0), "steps": 2_000_000_000})
         time.sleep(2.0)
         os.kill(_scheduler_pid(proc, address), signal.SIGKILL)
         th.join(60)
