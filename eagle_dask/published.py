@@ -91,7 +91,7 @@ def scheduler_gone(address, security=None, bound=GONE_AFTER, role="client") -> b
         try:
             asyncio.run(probe())
         except OSError as e:
-            outcome["gone"] = _refused(e)
+            outcome["gone"] = _refused(e) or _nothing_listens(address)
         except Exception:  # noqa: BLE001 - no conclusion (e.g. no credentials for this address)
             outcome["gone"] = False
 
@@ -99,6 +99,20 @@ def scheduler_gone(address, security=None, bound=GONE_AFTER, role="client") -> b
     t.start()
     t.join(bound + 10)
     return outcome.get("gone", False)
+
+
+def _nothing_listens(address) -> bool:
+    """Whether a plain TCP connection to ``address`` is refused (asked only once a dask connection
+    failed: distributed's last error after its retries need not be the refusal itself)."""
+    import socket
+    try:
+        host, port = address.split("://", 1)[-1].rsplit(":", 1)
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=2.0):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def _refused(error) -> bool:
