@@ -62,7 +62,7 @@ def unpublish_if_names(paths, address):
     a worker rank whose scheduler died removes what it left, never a newer cluster's file."""
     try:
         named = json.loads(tls.read_private(paths[0], "the scheduler file")).get("address")
-    except (OSError, ValueError, PermissionError):
+    except (OSError, ValueError):
         return
     if named == address:
         unpublish(paths)
@@ -90,8 +90,8 @@ def scheduler_gone(address, security=None, bound=GONE_AFTER, role="client") -> b
     def run():
         try:
             asyncio.run(probe())
-        except OSError as e:
-            outcome["gone"] = _refused(e) or _nothing_listens(address)
+        except OSError:                 # refused, or timed out: a plain TCP connection tells which
+            outcome["gone"] = _nothing_listens(address)
         except Exception:  # noqa: BLE001 - no conclusion (e.g. no credentials for this address)
             outcome["gone"] = False
 
@@ -103,7 +103,7 @@ def scheduler_gone(address, security=None, bound=GONE_AFTER, role="client") -> b
 
 def _nothing_listens(address) -> bool:
     """Whether a plain TCP connection to ``address`` is refused (asked only once a dask connection
-    failed: distributed's last error after its retries need not be the refusal itself)."""
+    failed: distributed's last error after its retries does not always say it was refused)."""
     import socket
     try:
         host, port = address.split("://", 1)[-1].rsplit(":", 1)
@@ -114,13 +114,3 @@ def _nothing_listens(address) -> bool:
     except (OSError, ValueError):
         return False
 
-
-def _refused(error) -> bool:
-    """Whether ``error`` (or an error it was raised from) is a refused connection."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, ConnectionRefusedError):
-            return True
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return False
