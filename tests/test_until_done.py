@@ -219,7 +219,7 @@ def test_lazy_plane_refused():
     class Lazy:
         def __len__(self):
             return 3
-    with pytest.raises(TypeError, match="plane 'x' of kernel 'walker' is a Lazy: run_until_done takes numpy"):
+    with pytest.raises(TypeError, match="plane 'x' of kernel 'walker' is a Lazy: run_until_done takes numpy planes here"):
         _host(U.walker).run_until_done(max_steps=5, **{**U.inputs("walker", 3), "x": Lazy()})
 
 
@@ -276,6 +276,67 @@ def test_dask_partition_same_bits(client, want, workers):
     assert_all_same(U.run_all(structure), want)
 
 
+def _uneven(n):
+    """Chunks of 1, 2, 3, ... samples, the last one what is left."""
+    sizes, k = [], 1
+    while sum(sizes) < n:
+        sizes.append(min(k, n - sum(sizes)))
+        k += 1
+    return tuple(sizes) or (0,)
+
+
+@pytest.mark.parametrize("workers, chunks", [(1, 7), (3, 16), (2, _uneven), (3, 1000)])
+def test_dask_lazy_planes_same_bits(client, want, workers, chunks):
+    """Dask planes in any chunking: the same bits as plain Python, the result dask arrays."""
+    from eagle_dask import DaskPartition
+    names = [r.name for r in DaskPartition.on(client).ranks(gpus=False).values()][:workers]
+    structure = DaskPartition.on(client, workers=names, progress=False, min_block=1)
+    assert_all_same(U.run_all(structure, chunks=chunks), want)
+
+
+def test_dask_lazy_result_stays_on_the_cluster(client):
+    """The result's planes, status, steps and cells are dask arrays whose keys the cluster holds
+    (persisted): computing them runs nothing again; the caller's dask planes are unchanged."""
+    import dask
+    from distributed import futures_of
+    from eagle_dask import DaskPartition
+    planes = U.inputs("walker", 101)
+    given = U.lazy("walker", planes, 10)
+    before = given["x"].compute()
+    r = eplan.plan(U.walker, structure=DaskPartition.on(client, progress=False)).run_until_done(max_steps=400,
+                                                                                              **given)
+    for v in (*r.planes.values(), r.status, r.steps, *r.contributions.values()):
+        assert isinstance(v, dask.array.Array) and futures_of(v), v
+    assert r.cells["hits"].shape == ()
+    assert same_bits(given["x"].compute(), before) and same_bits(before, planes["x"])
+
+
+def test_dask_lazy_rounds_are_cut_evenly_over_the_workers(client, monkeypatch):
+    """Each round's running samples are rechunked evenly over the workers, wherever they lie: a
+    tail held in one chunk is spread over all three."""
+    from eagle_dask import DaskPartition
+    from eagle_dask import lazy_until_done as lz
+    taken = []
+    real_take = lz.DaskState.take
+
+    def take(self, v, idx, origin=False):
+        got = real_take(self, v, idx, origin)
+        taken.append((len(idx), got.chunks[0]))
+        return got
+
+    monkeypatch.setattr(lz.DaskState, "take", take)
+    planes = U.inputs("walker", 300)
+    planes["x"][:250] = 1.0                       # the first 250 start next to the absorbing 0
+    planes["x"][250:] = 5.0
+    structure = DaskPartition.on(client, progress=False, min_block=1)
+    eplan.plan(U.walker, structure=structure).run_until_done(max_steps=400,
+                                                            **U.lazy("walker", planes, 100))
+    later = [(m, c) for m, c in taken if m < 300]
+    assert later, taken
+    for m, c in later:
+        assert len(c) <= 3 and max(c) <= -(-m // 3), (m, c)
+
+
 def test_rounds_run_only_the_samples_still_running(monkeypatch):
     """Each round runs the samples not yet done (16 steps, then 4x the last), as counted from the
     reference's steps: finished samples stop costing."""
@@ -307,5 +368,5 @@ def test_dask_array_plane_refused():
     planes = U.inputs("walker", 40)
     planes["x"] = da.from_array(planes["x"], chunks=16)
     with pytest.raises(TypeError, match="plane 'x' of kernel 'walker' is a Array: run_until_done takes numpy planes "
-                                        r"\(a lazy Dask array: compute it"):
+                                        r"here \(dask arrays: run the plan on DaskPartition"):
         _host(U.walker).run_until_done(max_steps=5, **planes)

@@ -1,0 +1,157 @@
+"""``run_until_done`` with dask planes: the state of every sample stays on the cluster.
+
+``DaskPartition.until_done_state`` gives ``eagle.until_done`` a ``DaskState`` when any plane of
+the run (or of the result it resumes) is a dask array.  The rounds are those of numpy planes;
+only where the state lives differs:
+
+* the Out and Mutable planes, the steps taken and the cells' per-sample contributions are dask
+  arrays chunked as the run's first dask plane, **persisted** on the workers after every round
+  (the graph never grows with the rounds, and nothing is computed twice);
+* a round takes the samples still running (``v[idx]``, idx ascending) and **rechunks them evenly
+  over the workers** (the lazy mode's blocks follow the chunks): a long tail on one chunk is
+  spread over all of them;
+* the round's results go back into each chunk of the state by one task per chunk
+  (``_put``: the chunk's running samples are a contiguous run of the round's samples);
+* the driver fetches only what decides the next round: the round's finish flags and steps (one
+  byte and eight per running sample), waited for in slices of ``POLL`` seconds, so that a Ctrl-C
+  ends the wait and no worker for ``timeout`` seconds ends it in eagle's error;
+* the result's planes, status and steps are persisted dask arrays; each cell is a 0-d dask array
+  folding the samples' contributions in sample order (``eagle.rows.row_partials`` per chunk of
+  whole rows, then ``eagle.rows.fold``): the bits of one process.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from eagle.rows import ROW, fold, row_partials
+from eagle.until_done import CAPPED, FINISHED
+
+from .arrays import is_dask
+
+#: seconds between two looks at the cluster while a round runs
+POLL = 0.5
+
+
+def _put(old, pos, new, block_info=None):
+    """A chunk of the state with its running samples (at ``pos``, global) replaced by ``new``."""
+    out = np.array(old, copy=True)
+    pos = pos.reshape(-1)
+    if len(pos):
+        out[pos - block_info[0]["array-location"][0][0]] = new
+    return out
+
+
+def _row_partials(values, op):
+    return row_partials(op, values)
+
+
+class DaskState:
+    """The state of a run with dask planes, on the cluster of ``structure``."""
+
+    def __init__(self, structure, plan, planes):
+        import dask.array as da
+        self.da = da
+        self.structure, self.kernel = structure, plan.plugin.name
+        self.client = structure.get_client(self.kernel)
+        first = next(v for v in planes.values() if is_dask(v))
+        self.chunks = first.chunks[0]
+        self.parts = max(len(structure.ranks(gpus=False)), 1)
+
+    # -- the state's planes --------------------------------------------------------------
+    def check_in(self, k, name, v):
+        if isinstance(v, self.da.Array):
+            return v
+        if type(v) is not np.ndarray:
+            raise TypeError(f"plane {name!r} of kernel {k!r} is a {type(v).__name__}: run_until_done on "
+                            "DaskPartition takes dask arrays and numpy planes")
+        return self.da.from_array(v, chunks=(self.chunks,) + v.shape[1:])
+
+    def plane(self, k, name, v):
+        v = self.check_in(k, name, v)
+        if v.chunks[0] != self.chunks:
+            v = v.rechunk({0: self.chunks})
+        return v.astype(np.float64) if v.dtype != np.float64 else v
+
+    def full(self, n, width, value):
+        shape = (n,) if width is None else (n, width)
+        return self.da.full(shape, value, dtype=np.float64, chunks=(self.chunks,) + shape[1:])
+
+    # -- a round -------------------------------------------------------------------------
+    def take(self, v, idx, origin=False):
+        share = max(math.ceil(len(idx) / self.parts), 1)
+        if origin:
+            return self.da.from_array(idx.astype(np.int64), chunks=share)
+        return v[idx].rechunk({0: share})
+
+    def put(self, v, idx, new):
+        """``v`` with samples ``idx`` replaced by ``new``: one task per chunk of ``v``."""
+        bounds = np.cumsum((0,) + v.chunks[0])
+        sizes = tuple(int(s) for s in np.diff(np.searchsorted(idx, bounds)))
+        pos = self.da.from_array(idx.astype(np.int64), chunks=(sizes,))
+        new = new.rechunk({0: sizes})
+        return self.da.map_blocks(_put, v, pos if v.ndim == 1 else pos[:, None], new, dtype=v.dtype)
+
+    def settle(self, dicts):
+        """Every array of ``dicts`` persisted on the workers (one graph)."""
+        names = [(i, n) for i, d in enumerate(dicts) for n in d]
+        done = self.client.persist([dicts[i][n] for i, n in names])
+        out = tuple({} for _ in dicts)
+        for (i, n), v in zip(names, done):
+            out[i][n] = v
+        return out
+
+    def flags(self, values):
+        """``values`` computed in the driver, waited for within the run's bounds."""
+        from distributed import wait
+        futures = self.client.compute(list(values))
+        try:
+            return self._wait(futures, wait)
+        except BaseException:
+            self.client.cancel(futures)
+            raise
+
+    def _wait(self, futures, wait):
+        without = None
+        while True:
+            try:
+                wait(futures, timeout=POLL)
+                return [np.asarray(v) for v in self.client.gather(futures)]
+            except TimeoutError:
+                pass
+            if self.client.scheduler_info(n_workers=-1)["workers"]:
+                without = None
+            elif without is None:
+                without = time.monotonic()
+            elif time.monotonic() - without > self.structure.timeout:
+                raise TimeoutError(f"DaskPartition: kernel {self.kernel!r} ran until done with no worker in the "
+                                   f"cluster for {self.structure.timeout:g} s (timeout=)")
+
+    # -- the result ----------------------------------------------------------------------
+    def status(self, done):
+        return self.client.persist(self.da.where(done != 0, FINISHED, CAPPED).astype(np.int8))
+
+    def steps(self, steps):
+        return self.client.persist(steps.astype(np.int64))
+
+    def cell(self, op, contributions):
+        """A 0-d dask array: the contributions folded in sample order, as one process folds."""
+        import dask
+        whole = tuple(ROW * math.ceil(c / ROW) for c in contributions.chunks[0])
+        rows = contributions.rechunk({0: _cover(whole, contributions.shape[0])})
+        partials = rows.map_blocks(_row_partials, op, chunks=(tuple(-(-c // ROW) for c in rows.chunks[0]), (2,)),
+                                   new_axis=1, dtype=np.float64)
+        return self.da.from_delayed(dask.delayed(fold)(op, partials), shape=(), dtype=np.float64)
+
+
+def _cover(sizes, n):
+    """``sizes`` cut to sum to ``n`` (the last one shortened, empty ones dropped)."""
+    out, left = [], n
+    for s in sizes:
+        if left <= 0:
+            break
+        out.append(min(s, left))
+        left -= out[-1]
+    return tuple(out) or (0,)
