@@ -12,9 +12,10 @@ only where the state lives differs:
   spread over all of them;
 * the round's results go back into each chunk of the state by one task per chunk
   (``_put``: the chunk's running samples are a contiguous run of the round's samples);
-* the driver fetches only what decides the next round: the round's finish flags and steps (one
-  byte and eight per running sample), waited for in slices of ``POLL`` seconds, so that a Ctrl-C
-  ends the wait and no worker for ``timeout`` seconds ends it in eagle's error;
+* the driver fetches only what decides the next round: the round's finish flags and steps
+  (sixteen bytes per running sample), waited for in slices of ``POLL`` seconds: a Ctrl-C ends the
+  wait and cancels the round, and ``timeout`` seconds with no running worker (every worker gone
+  or paused) end it in eagle's ``TimeoutError``;
 * the result's planes, status and steps are persisted dask arrays; each cell is a 0-d dask array
   folding the samples' contributions in sample order (``eagle.rows.row_partials`` per chunk of
   whole rows, then ``eagle.rows.fold``): the bits of one process.
@@ -30,6 +31,7 @@ from eagle.rows import ROW, fold, row_partials
 from eagle.until_done import CAPPED, FINISHED
 
 from .arrays import is_dask
+from .ranks import scheduler_workers
 
 #: seconds between two looks at the cluster while a round runs
 POLL = 0.5
@@ -121,13 +123,14 @@ class DaskState:
                 return [np.asarray(v) for v in self.client.gather(futures)]
             except TimeoutError:
                 pass
-            if self.client.scheduler_info(n_workers=-1)["workers"]:
+            if any(w.get("status") == "running" for w in scheduler_workers(self.client).values()):
                 without = None
             elif without is None:
                 without = time.monotonic()
             elif time.monotonic() - without > self.structure.timeout:
-                raise TimeoutError(f"DaskPartition: kernel {self.kernel!r} ran until done with no worker in the "
-                                   f"cluster for {self.structure.timeout:g} s (timeout=)")
+                raise TimeoutError(f"DaskPartition: run_until_done of kernel {self.kernel!r} found no running "
+                                   f"worker for {self.structure.timeout:g} s (every worker gone or paused, for "
+                                   "memory?); the state of the run is lost")
 
     # -- the result ----------------------------------------------------------------------
     def status(self, done):

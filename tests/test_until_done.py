@@ -12,6 +12,7 @@ import glob
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -335,6 +336,42 @@ def test_dask_lazy_rounds_are_cut_evenly_over_the_workers(client, monkeypatch):
     assert later, taken
     for m, c in later:
         assert len(c) <= 3 and max(c) <= -(-m // 3), (m, c)
+
+
+def test_dask_lazy_rounds_with_no_running_worker_end_in_bounded_time():
+    """Every worker paused mid-run: run_until_done's wait for a round ends in eagle's TimeoutError
+    after ``timeout`` seconds, not never; the cluster then serves the same run with the same bits."""
+    import threading
+    import eagle_dask
+    from eagle_dask import DaskPartition
+    from tests.test_dask_faults import set_status
+    planes = U.inputs("walker", 101)
+    with eagle_dask.local_cluster(n_workers=2, memory_limit=0) as c:
+        c.wait_for_workers(2, timeout=120)
+        p = eplan.plan(U.walker, structure=DaskPartition.on(c, progress=False, timeout=2))
+        box = {}
+
+        def run():
+            t = time.monotonic()
+            try:
+                p.run_until_done(max_steps=400, round_steps=1, **U.lazy("walker", planes, 10))
+            except BaseException as e:          # noqa: BLE001 - judged below
+                box["error"] = e
+            box["seconds"] = time.monotonic() - t
+        set_status(c, "paused")
+        try:
+            th = threading.Thread(target=run, daemon=True)
+            th.start()
+            th.join(60)
+        finally:
+            set_status(c, "running")
+        assert not th.is_alive(), "run_until_done hung with every worker paused"
+        err = box.get("error")
+        assert isinstance(err, TimeoutError) and "'walker'" in str(err) and "no running worker for 2 s" in str(err), \
+            repr(err)
+        assert box["seconds"] < 30
+        got = U.flat(p.run_until_done(max_steps=400, **U.lazy("walker", planes, 10)))
+    assert_all_same({"k": got}, {"k": U.flat_reference(U.reference(U.walker, planes, 400))})
 
 
 def test_rounds_run_only_the_samples_still_running(monkeypatch):
