@@ -374,6 +374,38 @@ def test_dask_lazy_rounds_with_no_running_worker_end_in_bounded_time():
     assert_all_same({"k": got}, {"k": U.flat_reference(U.reference(U.walker, planes, 400))})
 
 
+def _page_recipe():
+    """The zarr recipe of docs/until_done.md, as the page has it (the block after its marker)."""
+    with open(os.path.join(ROOT, "docs", "until_done.md")) as f:
+        page = f.read()
+    after = page.split("<!-- the recipe below is run by tests/test_until_done.py -->", 1)[1]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_zarr_recipe_of_the_page_resumes_to_one_longer_runs_bits(client, tmp_path):
+    """The page's recipe, run as written (caps and chunks made small, each substitution matching
+    once): written to zarr after 7 steps, read back, continued to 400: one 400-step run's bits."""
+    pytest.importorskip("zarr")
+    from eagle_dask import DaskPartition
+    code = _page_recipe()
+    for old, new in (("max_steps=1000", "max_steps=7"), ("max_steps=5000", "max_steps=400"),
+                     ("chunks=100_000", "chunks=10"), ("], 100_000)", "], 10)"),
+                     ('"/scratch/me/walk.zarr"', repr(str(tmp_path / "walk.zarr")))):
+        assert code.count(old) == 1, old
+        code = code.replace(old, new)
+    planes = U.inputs("walker", 101)
+    params = {k: planes[k] for k in ("seed", "up", "bias")}
+    ns = {"DaskPartition": DaskPartition, "client": client, "eplan": eplan, "walker": U.walker,
+          "start": planes["x"], "params": params}
+    exec(compile(code, "docs/until_done.md", "exec"), ns)
+    assert (tmp_path / "walk.zarr").is_dir()
+    first = U.flat(ns["p"].run_until_done(max_steps=7, **U.lazy("walker", planes, 10)))
+    assert (first["status"] == CAPPED).any()            # the first session left samples to continue
+    with pytest.raises(ValueError, match="give an absolute path every worker sees"):
+        ns["save"](ns["r"], "walk.zarr")
+    assert_all_same({"k": U.flat(ns["r"])}, {"k": U.flat_reference(U.reference(U.walker, planes, 400))})
+
+
 def test_rounds_run_only_the_samples_still_running(monkeypatch):
     """Each round runs the samples not yet done (16 steps, then 4x the last), as counted from the
     reference's steps: finished samples stop costing."""
