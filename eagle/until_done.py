@@ -63,6 +63,10 @@ class UntilDone:
 class NumpyState:
     """The state of a run held as numpy planes by the driver: what a round gathers and scatters."""
 
+    def rounds_on(self, structure):
+        """The structure the rounds run on."""
+        return structure
+
     def check_in(self, k, name, v):
         """A plane as given, refused unless it is a numpy array."""
         if type(v) is not np.ndarray:
@@ -162,7 +166,7 @@ def _count(p, args, state):
 
 def _round(loop_plan, loop, idx, args, state, steps, contrib, budget, cap, device, st):
     """One round over the samples ``idx`` (original indices, ascending), scattered back: returns the
-    new ``state``, ``steps`` and ``contrib`` and the round's finish flags and steps (numpy)."""
+    new ``state``, ``steps`` and ``contrib``, and which of ``idx`` run on (numpy)."""
     sample = {n: st.take(v, idx) for n, v in args.items() if loop.plugin.roles[n].kind == "In"}
     other = {n: v for n, v in args.items() if loop.plugin.roles[n].kind != "In"}
     work = {n: st.take(v, idx) for n, v in {**state, **contrib}.items()}
@@ -171,12 +175,12 @@ def _round(loop_plan, loop, idx, args, state, steps, contrib, budget, cap, devic
     out = loop_plan.run(**sample, **other, **work, **{loop.budget: budget, loop.cap: cap}, device=device)
     out = {n: out[n] for n in (*state, *contrib, loop.steps)}
     new = {n: st.put(v, idx, out[n]) for n, v in {**state, **contrib, loop.steps: steps}.items()}
-    out, new = st.settle((out, new))
-    flags = st.flags([out[loop.done], out[loop.steps]])
-    return ({n: new[n] for n in state}, new[loop.steps], {n: new[n] for n in contrib}, *flags)
+    new, still = st.settle((new, {"": _running(out[loop.done], out[loop.steps], cap)}))
+    return {n: new[n] for n in state}, new[loop.steps], {n: new[n] for n in contrib}, st.flags([still[""]])[0]
 
 
 def _running(done, steps, cap):
+    """Which samples run on (numpy or dask arrays alike)."""
     return (done == 0) & (steps < cap)
 
 
@@ -197,21 +201,20 @@ def run_until_done(plan, make_plan, *, max_steps, resume=None, round_steps=None,
     _check_counts(k, max_steps, round_steps)
     loop = loop_plugin(plan.plugin, done)
     parts = len(plan.partitions) if plan.partitions is not None else plan.npartitions
-    loop_plan = make_plan(loop.plugin, structure=plan.structure, inner=plan.inner,
-                          npartitions=1 if plan.structure.crosses_processes else parts)
     st = _state_of(plan, planes, resume)
+    loop_plan = make_plan(loop.plugin, structure=st.rounds_on(plan.structure), inner=plan.inner,
+                          npartitions=1 if plan.structure.crosses_processes else parts)
     args, state, steps, contrib, running = _start(plan, loop, planes, resume, st)
     if state[done].ndim != 1:
         raise ValueError(f"kernel {k!r}: the finish plane {done!r} has shape {state[done].shape}: it holds one "
                          "value per sample, (n,)")
-    running &= _running(*st.flags([state[done], steps]), max_steps)
+    running &= st.flags([_running(state[done], steps, max_steps)])[0]
     budget = round_steps or FIRST_ROUND
     first = True
     while first or running.any():
         idx = np.flatnonzero(running)
-        state, steps, contrib, now_done, now_steps = _round(loop_plan, loop, idx, args, state, steps, contrib,
-                                                            budget, max_steps, device, st)
-        running[idx] = _running(now_done, now_steps, max_steps)
+        state, steps, contrib, running[idx] = _round(loop_plan, loop, idx, args, state, steps, contrib, budget,
+                                                     max_steps, device, st)
         budget = round_steps or min(budget * GROWTH, max_steps)
         first = False
     cells = {n: st.cell(plan.plugin.cells[n], v) for n, v in contrib.items()}

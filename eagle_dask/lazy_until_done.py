@@ -7,13 +7,14 @@ only where the state lives differs:
 * the Out and Mutable planes, the steps taken and the cells' per-sample contributions are dask
   arrays chunked as the run's first dask plane, **persisted** on the workers after every round
   (the graph never grows with the rounds, and nothing is computed twice);
-* a round takes the samples still running (``v[idx]``, idx ascending) and **rechunks them evenly
-  over the workers** (the lazy mode's blocks follow the chunks): a long tail on one chunk is
-  spread over all of them;
-* the round's results go back into each chunk of the state by one task per chunk
-  (``_put``: the chunk's running samples are a contiguous run of the round's samples);
-* the driver fetches only what decides the next round: the round's finish flags and steps
-  (sixteen bytes per running sample), waited for in slices of ``POLL`` seconds: a Ctrl-C ends the
+* a round sends the indices of the samples still running to the cluster once, cut as they fall
+  in the state's chunks (ascending, so each chunk's are a contiguous run of them); one task per
+  chunk picks its running samples (``_pick``), and the picks are **rechunked evenly over the
+  workers**, one chunk each, run as one block each (``min_block=1`` for the rounds): a long tail
+  in one chunk is spread over all of them;
+* the round's results go back into each chunk of the state by one task per chunk (``_put``);
+* the driver fetches only what decides the next round: which of the round's samples run on
+  (one byte per running sample), waited for in slices of ``POLL`` seconds: a Ctrl-C ends the
   wait and cancels the round, and ``timeout`` seconds with no running worker (every worker gone
   or paused) end it in eagle's ``TimeoutError``;
 * the result's planes, status and steps are persisted dask arrays; each cell is a 0-d dask array
@@ -37,12 +38,21 @@ from .ranks import scheduler_workers
 POLL = 0.5
 
 
+def _start_of(block_info):
+    return block_info[0]["array-location"][0][0]
+
+
+def _pick(old, pos, block_info=None):
+    """The samples at ``pos`` (global indices, all in this chunk of the state) of a chunk."""
+    return old[pos.reshape(-1) - _start_of(block_info)]
+
+
 def _put(old, pos, new, block_info=None):
-    """A chunk of the state with its running samples (at ``pos``, global) replaced by ``new``."""
+    """A chunk of the state with its samples at ``pos`` (global) replaced by ``new``."""
     out = np.array(old, copy=True)
     pos = pos.reshape(-1)
     if len(pos):
-        out[pos - block_info[0]["array-location"][0][0]] = new
+        out[pos - _start_of(block_info)] = new
     return out
 
 
@@ -61,20 +71,25 @@ class DaskState:
         first = next(v for v in planes.values() if is_dask(v))
         self.chunks = first.chunks[0]
         self.parts = max(len(structure.ranks(gpus=False)), 1)
+        self._idx = self._pos = None
+
+    def rounds_on(self, structure):
+        """``structure`` with no joining of chunks into blocks: a round's chunks are its shares."""
+        return structure.on(structure.client, workers=structure.workers, progress=structure.progress,
+                            timeout=structure.timeout, min_block=1, stall_timeout=structure.stall_timeout)
 
     # -- the state's planes --------------------------------------------------------------
     def check_in(self, k, name, v):
-        if isinstance(v, self.da.Array):
-            return v
-        if type(v) is not np.ndarray:
-            raise TypeError(f"plane {name!r} of kernel {k!r} is a {type(v).__name__}: run_until_done on "
-                            "DaskPartition takes dask arrays and numpy planes")
-        return self.da.from_array(v, chunks=(self.chunks,) + v.shape[1:])
+        """A plane as a dask array chunked as the state (numpy planes cut so)."""
+        if not isinstance(v, self.da.Array):
+            if type(v) is not np.ndarray:
+                raise TypeError(f"plane {name!r} of kernel {k!r} is a {type(v).__name__}: run_until_done on "
+                                "DaskPartition takes dask arrays and numpy planes")
+            return self.da.from_array(v, chunks=(self.chunks,) + v.shape[1:])
+        return v if v.chunks[0] == self.chunks else v.rechunk({0: self.chunks})
 
     def plane(self, k, name, v):
         v = self.check_in(k, name, v)
-        if v.chunks[0] != self.chunks:
-            v = v.rechunk({0: self.chunks})
         return v.astype(np.float64) if v.dtype != np.float64 else v
 
     def full(self, n, width, value):
@@ -82,19 +97,33 @@ class DaskState:
         return self.da.full(shape, value, dtype=np.float64, chunks=(self.chunks,) + shape[1:])
 
     # -- a round -------------------------------------------------------------------------
+    def _positions(self, idx):
+        """``idx`` as a dask array (one key per chunk of the round's graph), cut as it falls in the
+        state's chunks."""
+        if self._idx is not idx:
+            bounds = np.cumsum((0,) + self.chunks)
+            sizes = tuple(int(s) for s in np.diff(np.searchsorted(idx, bounds)))
+            self._pos = self.da.from_array(idx.astype(np.int64), chunks=(sizes,))
+            self._idx = idx
+        return self._pos
+
+    def _share(self, idx):
+        return max(math.ceil(len(idx) / self.parts), 1)
+
     def take(self, v, idx, origin=False):
-        share = max(math.ceil(len(idx) / self.parts), 1)
-        if origin:
-            return self.da.from_array(idx.astype(np.int64), chunks=share)
-        return v[idx].rechunk({0: share})
+        """Samples ``idx`` of ``v``, cut evenly over the workers (``origin``: ``idx`` itself)."""
+        pos = self._positions(idx)
+        if not origin:
+            pos = self.da.map_blocks(_pick, v, pos if v.ndim == 1 else pos[:, None], dtype=v.dtype,
+                                     chunks=(pos.chunks[0],) + v.shape[1:])
+        return pos.rechunk({0: self._share(idx)})
 
     def put(self, v, idx, new):
         """``v`` with samples ``idx`` replaced by ``new``: one task per chunk of ``v``."""
-        bounds = np.cumsum((0,) + v.chunks[0])
-        sizes = tuple(int(s) for s in np.diff(np.searchsorted(idx, bounds)))
-        pos = self.da.from_array(idx.astype(np.int64), chunks=(sizes,))
-        new = new.rechunk({0: sizes})
-        return self.da.map_blocks(_put, v, pos if v.ndim == 1 else pos[:, None], new, dtype=v.dtype)
+        pos = self._positions(idx)
+        new = new.rechunk({0: pos.chunks[0]})
+        return self.da.map_blocks(_put, v, pos if v.ndim == 1 else pos[:, None], new, dtype=v.dtype,
+                                  chunks=v.chunks)
 
     def settle(self, dicts):
         """Every array of ``dicts`` persisted on the workers (one graph)."""

@@ -309,33 +309,33 @@ def test_dask_lazy_result_stays_on_the_cluster(client):
     for v in (*r.planes.values(), r.status, r.steps, *r.contributions.values()):
         assert isinstance(v, dask.array.Array) and futures_of(v), v
     assert r.cells["hits"].shape == ()
+    assert r.planes["x"].chunks == r.status.chunks == given["x"].chunks
     assert same_bits(given["x"].compute(), before) and same_bits(before, planes["x"])
 
 
 def test_dask_lazy_rounds_are_cut_evenly_over_the_workers(client, monkeypatch):
-    """Each round's running samples are rechunked evenly over the workers, wherever they lie: a
-    tail held in one chunk is spread over all three."""
+    """Each round's running samples run as one block per worker, evenly cut, wherever they lie
+    and whatever ``min_block`` (the default here): a tail held in one chunk is spread over all
+    three workers."""
     from eagle_dask import DaskPartition
-    from eagle_dask import lazy_until_done as lz
-    taken = []
-    real_take = lz.DaskState.take
+    from eagle_dask import arrays
+    blocks = []
+    real = arrays.block_sizes
 
-    def take(self, v, idx, origin=False):
-        got = real_take(self, v, idx, origin)
-        taken.append((len(idx), got.chunks[0]))
-        return got
+    def spy(*args, **kwargs):
+        blocks.append(real(*args, **kwargs))
+        return blocks[-1]
 
-    monkeypatch.setattr(lz.DaskState, "take", take)
+    monkeypatch.setattr(arrays, "block_sizes", spy)
     planes = U.inputs("walker", 300)
     planes["x"][:250] = 1.0                       # the first 250 start next to the absorbing 0
     planes["x"][250:] = 5.0
-    structure = DaskPartition.on(client, progress=False, min_block=1)
-    eplan.plan(U.walker, structure=structure).run_until_done(max_steps=400,
-                                                            **U.lazy("walker", planes, 100))
-    later = [(m, c) for m, c in taken if m < 300]
-    assert later, taken
-    for m, c in later:
-        assert len(c) <= 3 and max(c) <= -(-m // 3), (m, c)
+    structure = DaskPartition.on(client, progress=False)
+    eplan.plan(U.walker, structure=structure).run_until_done(max_steps=400, **U.lazy("walker", planes, 100))
+    later = [b for b in blocks if 0 < sum(b) < 300]
+    assert later, blocks
+    for b in later:
+        assert len(b) <= 3 and max(b) <= -(-sum(b) // 3), b
 
 
 def test_dask_lazy_rounds_with_no_running_worker_end_in_bounded_time():
