@@ -67,6 +67,9 @@ class NumpyState:
         """The structure the rounds run on."""
         return structure
 
+    def begin_round(self, idx, done, steps, cap):
+        """A round over the samples ``idx`` starts (they are those ``_running`` finds in the state)."""
+
     def check_in(self, k, name, v):
         """A plane as given, refused unless it is a numpy array."""
         if type(v) is not np.ndarray:
@@ -167,6 +170,7 @@ def _count(p, args, state):
 def _round(loop_plan, loop, idx, args, state, steps, contrib, budget, cap, device, st):
     """One round over the samples ``idx`` (original indices, ascending), scattered back: returns the
     new ``state``, ``steps`` and ``contrib``, and which of ``idx`` run on (numpy)."""
+    st.begin_round(idx, state[loop.done], steps, cap)
     sample = {n: st.take(v, idx) for n, v in args.items() if loop.plugin.roles[n].kind == "In"}
     other = {n: v for n, v in args.items() if loop.plugin.roles[n].kind != "In"}
     work = {n: st.take(v, idx) for n, v in {**state, **contrib}.items()}

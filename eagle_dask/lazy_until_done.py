@@ -7,9 +7,9 @@ only where the state lives differs:
 * the Out and Mutable planes, the steps taken and the cells' per-sample contributions are dask
   arrays chunked as the run's first dask plane, **persisted** on the workers after every round
   (the graph never grows with the rounds, and nothing is computed twice);
-* a round sends the indices of the samples still running to the cluster once, cut as they fall
-  in the state's chunks (ascending, so each chunk's are a contiguous run of them); one task per
-  chunk picks its running samples (``_pick``), and the picks are **rechunked evenly over the
+* a round finds the samples still running on the cluster, from the state (``_running_at``: no
+  index is sent, only each chunk's count, which its task checks); one task per chunk picks its
+  running samples (``_pick``), and the picks are **rechunked evenly over the
   workers**, one chunk each, run as one block each (``min_block=1`` for the rounds): a long tail
   in one chunk is spread over all of them;
 * the round's results go back into each chunk of the state by one task per chunk (``_put``);
@@ -47,6 +47,15 @@ def _pick(old, pos, block_info=None):
     return old[pos.reshape(-1) - _start_of(block_info)]
 
 
+def _running_at(done, steps, cap, block_info=None):
+    """The global indices of a chunk's samples still running, as many as the driver counted."""
+    at = np.flatnonzero((done == 0) & (steps < cap)) + _start_of(block_info)
+    if len(at) != block_info[None]["chunk-shape"][0]:
+        raise RuntimeError(f"eagle run_until_done: a chunk of the state holds {len(at)} running samples where "
+                           f"the driver counted {block_info[None]['chunk-shape'][0]}: its state changed under it")
+    return at
+
+
 def _put(old, pos, new, block_info=None):
     """A chunk of the state with its samples at ``pos`` (global) replaced by ``new``."""
     out = np.array(old, copy=True)
@@ -71,7 +80,7 @@ class DaskState:
         first = next(v for v in planes.values() if is_dask(v))
         self.chunks = first.chunks[0]
         self.parts = max(len(structure.ranks(gpus=False)), 1)
-        self._idx = self._pos = None
+        self._pos = None
 
     def rounds_on(self, structure):
         """``structure`` with no joining of chunks into blocks: a round's chunks are its shares."""
@@ -97,22 +106,19 @@ class DaskState:
         return self.da.full(shape, value, dtype=np.float64, chunks=(self.chunks,) + shape[1:])
 
     # -- a round -------------------------------------------------------------------------
-    def _positions(self, idx):
-        """``idx`` as a dask array (one key per chunk of the round's graph), cut as it falls in the
-        state's chunks."""
-        if self._idx is not idx:
-            bounds = np.cumsum((0,) + self.chunks)
-            sizes = tuple(int(s) for s in np.diff(np.searchsorted(idx, bounds)))
-            self._pos = self.da.from_array(idx.astype(np.int64), chunks=(sizes,))
-            self._idx = idx
-        return self._pos
+    def begin_round(self, idx, done, steps, cap):
+        """The round's samples found on the cluster, chunk by chunk, from the state itself: the
+        driver sends no index (it gives each chunk's count, which the chunk's task checks)."""
+        bounds = np.cumsum((0,) + self.chunks)
+        sizes = tuple(int(s) for s in np.diff(np.searchsorted(idx, bounds)))
+        self._pos = self.da.map_blocks(_running_at, done, steps, cap, dtype=np.int64, chunks=(sizes,))
 
     def _share(self, idx):
         return max(math.ceil(len(idx) / self.parts), 1)
 
     def take(self, v, idx, origin=False):
         """Samples ``idx`` of ``v``, cut evenly over the workers (``origin``: ``idx`` itself)."""
-        pos = self._positions(idx)
+        pos = self._pos
         if not origin:
             pos = self.da.map_blocks(_pick, v, pos if v.ndim == 1 else pos[:, None], dtype=v.dtype,
                                      chunks=(pos.chunks[0],) + v.shape[1:])
@@ -120,7 +126,7 @@ class DaskState:
 
     def put(self, v, idx, new):
         """``v`` with samples ``idx`` replaced by ``new``: one task per chunk of ``v``."""
-        pos = self._positions(idx)
+        pos = self._pos
         new = new.rechunk({0: pos.chunks[0]})
         return self.da.map_blocks(_put, v, pos if v.ndim == 1 else pos[:, None], new, dtype=v.dtype,
                                   chunks=v.chunks)
