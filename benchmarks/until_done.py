@@ -93,9 +93,16 @@ def host(n, repeats, rng):
     return statistics.median(times["until_done"]), statistics.median(times["while"]), same
 
 
-def _lazy(p, n):
+def _lazy(client, p, n):
+    """``p``'s planes as dask arrays of two chunks, scattered to the workers (not in a graph)."""
     import dask.array as da
-    return {k: (da.from_array(v, chunks=max(n // 2, 1)) if isinstance(v, np.ndarray) else v) for k, v in p.items()}
+    half = max(n // 2, 1)
+
+    def on_cluster(v):
+        pieces = [v[lo:lo + half] for lo in range(0, n, half)]
+        return da.concatenate([da.from_delayed(f, shape=x.shape, dtype=x.dtype)
+                               for f, x in zip(client.scatter(pieces), pieces)])
+    return {k: (on_cluster(v) if isinstance(v, np.ndarray) else v) for k, v in p.items()}
 
 
 def _fetched(run, lazy):
@@ -121,7 +128,7 @@ def dask(n, repeats, rng, lazy=False):
             base = planes(n, rng, tail_in_first_half=True)
             copy = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in base.items()}
             if lazy:
-                base, copy = _lazy(base, n), _lazy(copy, n)
+                base, copy = _lazy(client, base, n), _lazy(client, copy, n)
             dt, a = timed(lambda: _fetched(lambda: p.run_until_done(max_steps=MAX_STEPS, **base), lazy))
             times["rebalanced"].append(dt)
             dt, b = timed(lambda: _fetched(lambda: p.run_until_done(max_steps=MAX_STEPS, round_steps=MAX_STEPS,
