@@ -32,10 +32,11 @@ from . import scratch
 from . import security as tls
 from .leave import leave
 from .main_guard import refuse_unguarded
+from .no_http import PRELOAD as NO_HTTP
 from .published import identity, publish, scheduler_gone, unpublish, unpublish_if_names
 from .ranks import gpu_ids
 from .structure import DEFAULT_STALL
-from .warm import preloads
+from .warm import listed, preloads
 
 LOOPBACK = "127.0.0.1"
 
@@ -161,7 +162,7 @@ def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **k
     kwargs["security"] = sec          # None: distributed's default, plain TCP
     kwargs["preload"] = preloads(kwargs.get("preload"))
     kwargs.setdefault("host", LOOPBACK)
-    kwargs.setdefault("dashboard_address", f"{LOOPBACK}:0")
+    dashboard = kwargs.setdefault("dashboard_address", f"{LOOPBACK}:0") is not None
     refuse_unguarded(inspect.currentframe().f_back, "local_cluster")
     scheduler_file = kwargs.pop("scheduler_file", None)
     place = scratch.private(kwargs.pop("local_directory", None), "local_cluster")
@@ -173,7 +174,7 @@ def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **k
 
     cluster = None
     try:
-        cluster = _start_local(n_workers, threads, env, place, kwargs)
+        cluster = _start_local(n_workers, threads, env, place, kwargs, dashboard)
         if scheduler_file is not None:
             written += publish(scheduler_file, cluster.scheduler_address, sec)
     except BaseException:
@@ -185,8 +186,12 @@ def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **k
     return _owning_client(cluster, cleanup)
 
 
-def _start_local(n_workers, threads, env, place, kwargs):
-    """The cluster of :func:`local_cluster`, its scheduler and workers in ``place`` (a private directory)."""
+def _start_local(n_workers, threads, env, place, kwargs, dashboard):
+    """The cluster of :func:`local_cluster`, its scheduler and workers in ``place`` (a private
+    directory); without a dashboard, no process of it listens for HTTP (``eagle_dask.no_http``)."""
+    if not dashboard:
+        kwargs["preload"] = [*kwargs["preload"], NO_HTTP]
+        kwargs["preload_nanny"] = [*listed(kwargs.get("preload_nanny")), NO_HTTP]
     kwargs["local_directory"] = place.path
     kwargs["scheduler_kwargs"] = {"local_directory": place.path, **(kwargs.get("scheduler_kwargs") or {})}
     env = {**place.env(), **env}
@@ -196,7 +201,7 @@ def _start_local(n_workers, threads, env, place, kwargs):
     import dask
     from distributed import LocalCluster
     kwargs.setdefault("silence_logs", logging.ERROR)
-    with dask.config.set(launch_config()):                 # the scheduler reads worker-ttl as it starts
+    with dask.config.set(launch_config(dashboard)):        # the scheduler reads worker-ttl as it starts
         return LocalCluster(n_workers=n_workers or cpu_count(), threads_per_worker=threads, processes=True,
                             env=env, **kwargs)
 
@@ -233,11 +238,20 @@ JOIN_WAIT = 300
 def launch_config(dashboard=True):
     """dask config of every cluster eagle starts: the scheduler forgets a worker it has
     not heard from for ``DEFAULT_STALL`` seconds (distributed's default is 5 minutes), and without
-    a dashboard no HTTP route is served, on the scheduler or the workers."""
+    a dashboard no HTTP route is served and no HTTP port listens, on the scheduler or the workers
+    (``eagle_dask.no_http``)."""
     config = {"distributed.scheduler.worker-ttl": f"{DEFAULT_STALL:g}s"}
     if not dashboard:
-        config.update({"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []})
+        import dask
+        given = listed(dask.config.get("distributed.scheduler.preload", None))
+        config.update({"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": [],
+                       "distributed.scheduler.preload": [*given, NO_HTTP]})
     return config
+
+
+def _worker_http(opts, dashboard):
+    """A worker's options with its HTTP listener closed when there is no dashboard (``no_http``)."""
+    return opts if dashboard else {**opts, "preload": [*opts["preload"], NO_HTTP]}
 
 
 def abort_on_failure(comm, role, body):
@@ -379,7 +393,7 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
     elif local_directory is not None:
         scratch.check_given(local_directory, "initialize")
     fields = _share_credentials(comm, security, "initialize", _roles_for_initialize(size))
-    opts = {"dashboard_address": f"{LOOPBACK}:0", **opts}        # each worker's HTTP page on loopback
+    opts = {"dashboard_address": f"{LOOPBACK}:0", **_worker_http(opts, dashboard)}   # on loopback, or none
     start = lambda: _dask_mpi(fields, place, launch_config(dashboard), interface=interface,  # noqa: E731
                               nthreads=threads, memory_limit=memory_limit, dashboard=dashboard,
                               dashboard_address=dashboard_address, protocol=protocol, worker_class=wclass,
@@ -446,6 +460,7 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
     interface, dashboard_address = _network(comm, interface, dashboard_address)
     gpu = _pin_gpu(comm, 1)
     wclass, opts, threads = _worker_class(None, nthreads, None, gpu)
+    opts = _worker_http(opts, dashboard)
     rank = comm.Get_rank()
     fields = _share_credentials(comm, security, "serve", ["scheduler"] + ["worker"] * (size - 1), client_file)
     sec = tls.from_fields(fields) if fields else None

@@ -111,6 +111,21 @@ def listeners(pids):
     return out
 
 
+def speaks_http(port):
+    """Whether something on 127.0.0.1:``port`` answers an HTTP request (MPI's and dask's own
+    listeners do not)."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=3)
+    try:
+        conn.request("GET", "/health")
+        conn.getresponse()
+        return True
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
 def beyond_loopback(found):
     """The listeners of ``listeners()`` bound to anything but a loopback address."""
     return [(pid, ip, port) for pid, ip, port in found if not ipaddress.ip_address(ip).is_loopback]

@@ -22,7 +22,8 @@ from eagle import plan as eplan  # noqa: E402
 from eagle_dask import DaskPartition  # noqa: E402
 from tests import kernels as K  # noqa: E402
 from eagle_dask.structure import DEFAULT_STALL  # noqa: E402
-from tests.launch import ROOT, assert_loopback_only, listeners, mpiexec, process_tree, run_in_thread  # noqa: E402
+from tests.launch import (ROOT, assert_loopback_only, listeners, mpiexec, process_tree, run_in_thread,  # noqa: E402
+                          speaks_http)
 
 
 slow_sine = K.slow_sine
@@ -78,13 +79,39 @@ def test_the_scheduler_file_is_written_once_every_worker_joined(tmp_path):
             assert client.run_on_scheduler(_ttl) == DEFAULT_STALL
             assert client.run_on_scheduler(_routes) == []
             assert set(map(str, client.run(_routes).values())) == {"[]"}
-            assert_loopback_only(listeners(process_tree(proc.pid)), "eagle-dask cluster --no-dashboard")
+            found = listeners(process_tree(proc.pid))
+            assert_loopback_only(found, "eagle-dask cluster --no-dashboard")
+            comms = {client.scheduler.address, *client.scheduler_info()["workers"]}
+            ports = {int(a.rsplit(":", 1)[1]) for a in comms}
+            ranks = {pid for pid, _, port in found if port in ports}
+            assert len(ranks) == 4, found
+            http = [(pid, port) for pid, ip, port in found if pid in ranks and port not in ports and speaks_http(port)]
+            assert http == [], f"--no-dashboard, and a rank still serves HTTP: {http}"
+            assert all(not w["services"] for w in client.scheduler_info()["workers"].values())
             client.shutdown()
         assert proc.wait(timeout=120) == 0
         assert not sched.exists()
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_local_cluster_without_a_dashboard_serves_no_http_at_all():
+    """``dashboard_address=None``: no process of the cluster (scheduler, nannies, workers) answers
+    HTTP (distributed alone would still serve the dashboard on 127.0.0.1:8787 and the workers'
+    metrics); with the default, the dashboard answers, so the probe can tell."""
+    import psutil
+    for dashboard, want in ((None, 0), ("127.0.0.1:0", 1)):
+        with eagle_dask.local_cluster(n_workers=2, dashboard_address=dashboard) as client:
+            pids = {p.pid for p in psutil.Process().children(recursive=True)} | {os.getpid()}
+            found = listeners(pids)
+            assert_loopback_only(found, "local_cluster")
+            http = [port for _, _, port in found if speaks_http(port)]
+            assert len(http) >= want and (want or http == []), (dashboard, http)
+            assert bool(client.scheduler_info()["services"]) is bool(want)
+            d = K.inputs("axpb", 1001)
+            got = eplan.plan(eagle.deploy(K.axpb), structure=DaskPartition.on(client, progress=False)).run(**d)
+            assert K.same_bits(got, d["a"] * d["x"] + d["b"])
 
 
 def test_local_cluster_forgets_a_silent_worker_after_the_stall_bound():
