@@ -8,11 +8,12 @@ only where the state lives differs:
   arrays chunked as the run's first dask plane, **persisted** on the workers after every round
   (the graph never grows with the rounds, and nothing is computed twice);
 * a round finds the samples still running on the cluster, from the state (``_running_at``: no
-  index is sent, only each chunk's count, which its task checks); one task per chunk picks its
-  running samples (``_pick``), and the picks are **rechunked evenly over the
-  workers**, one chunk each, run as one block each (``min_block=1`` for the rounds): a long tail
-  in one chunk is spread over all of them;
-* the round's results go back into each chunk of the state by one task per chunk (``_put``);
+  index is sent, only each chunk's count, which its task checks); the round's planes are cut in
+  **shares, evenly over the workers**, each share one task reading the pieces of the chunks it
+  covers (``_gather``) and run as one block (``min_block=1`` for the rounds): a long tail in one
+  chunk is spread over all of them;
+* the round's results go back into each chunk of the state by one task per chunk, reading the
+  pieces of the shares its samples went out in (``_put_pieces``);
 * the driver fetches only what decides the next round: which of the round's samples run on
   (one byte per running sample), waited for in slices of ``POLL`` seconds: a Ctrl-C ends the
   wait and cancels the round, and ``timeout`` seconds with no running worker (every worker gone
@@ -42,9 +43,50 @@ def _start_of(block_info):
     return block_info[0]["array-location"][0][0]
 
 
-def _pick(old, pos, block_info=None):
-    """The samples at ``pos`` (global indices, all in this chunk of the state) of a chunk."""
-    return old[pos.reshape(-1) - _start_of(block_info)]
+def _edges(sizes):
+    """The edges of consecutive intervals of ``sizes``: ``(0, s0, s0 + s1, ...)``."""
+    return np.cumsum((0,) + tuple(sizes)).astype(np.int64)
+
+
+def _pieces(outer, inner):
+    """For each interval of the edges ``outer``, the pieces of the intervals of ``inner`` it
+    covers: ``(j, lo, hi)``, ``lo``/``hi`` counted from the start of ``inner``'s interval ``j``."""
+    out = []
+    for a, b in zip(outer[:-1], outer[1:]):
+        j = max(int(np.searchsorted(inner, a, side="right")) - 1, 0)
+        row = []
+        while j < len(inner) - 1 and inner[j] < b:
+            lo, hi = max(a, inner[j]), min(b, inner[j + 1])
+            if hi > lo:
+                row.append((j, int(lo - inner[j]), int(hi - inner[j])))
+            j += 1
+        out.append(row)
+    return out
+
+
+def _array(name, layer, dependencies, chunks, dtype):
+    """A dask array made of the tasks ``layer`` (``{key: task}``) over ``dependencies``."""
+    from dask.array.core import Array
+    from dask.highlevelgraph import HighLevelGraph
+    return Array(HighLevelGraph.from_collections(name, layer, dependencies=dependencies), name, chunks, dtype=dtype)
+
+
+def _gather(tail, dtype, *parts):
+    """A share of a round: for each piece ``(chunk, pos, lo, hi, start)`` (flat, five arguments
+    each), the samples at ``pos[lo:hi]`` (global indices) of a chunk starting at ``start`` (no
+    chunk: the indices themselves)."""
+    got = [pos[lo:hi] if chunk is None else chunk[pos[lo:hi] - start]
+           for chunk, pos, lo, hi, start in zip(*[iter(parts)] * 5)]
+    return np.concatenate(got) if got else np.zeros((0,) + tuple(tail), dtype=dtype)
+
+
+def _put_pieces(old, pos, start, *parts):
+    """A chunk of the state (starting at ``start``) with its samples at ``pos`` (global) replaced
+    by the pieces ``(new, lo, hi)`` (flat, three arguments each) of the round's shares, in order."""
+    out = np.array(old, copy=True)
+    if len(pos):
+        out[pos - start] = np.concatenate([new[lo:hi] for new, lo, hi in zip(*[iter(parts)] * 3)])
+    return out
 
 
 def _running_at(done, steps, cap, block_info=None):
@@ -54,15 +96,6 @@ def _running_at(done, steps, cap, block_info=None):
         raise RuntimeError(f"eagle run_until_done: a chunk of the state holds {len(at)} running samples where "
                            f"the driver counted {block_info[None]['chunk-shape'][0]}: its state changed under it")
     return at
-
-
-def _put(old, pos, new, block_info=None):
-    """A chunk of the state with its samples at ``pos`` (global) replaced by ``new``."""
-    out = np.array(old, copy=True)
-    pos = pos.reshape(-1)
-    if len(pos):
-        out[pos - _start_of(block_info)] = new
-    return out
 
 
 def _row_partials(values, op):
@@ -113,23 +146,44 @@ class DaskState:
         sizes = tuple(int(s) for s in np.diff(np.searchsorted(idx, bounds)))
         self._pos = self.da.map_blocks(_running_at, done, steps, cap, dtype=np.int64, chunks=(sizes,))
 
-    def _share(self, idx):
-        return max(math.ceil(len(idx) / self.parts), 1)
+    def _shares(self, idx):
+        """The edges of the round's shares: ``len(idx)`` cut evenly over the workers."""
+        share = max(math.ceil(len(idx) / self.parts), 1)
+        return np.array([*range(0, len(idx), share), len(idx)] if len(idx) else [0, 0], dtype=np.int64)
 
     def take(self, v, idx, origin=False):
-        """Samples ``idx`` of ``v``, cut evenly over the workers (``origin``: ``idx`` itself)."""
-        pos = self._pos
-        if not origin:
-            pos = self.da.map_blocks(_pick, v, pos if v.ndim == 1 else pos[:, None], dtype=v.dtype,
-                                     chunks=(pos.chunks[0],) + v.shape[1:])
-        return pos.rechunk({0: self._share(idx)})
+        """Samples ``idx`` of ``v`` (``origin``: ``idx`` itself) in shares cut evenly over the workers:
+        one task per share, reading the pieces of the chunks it covers."""
+        from dask.base import tokenize
+        pos, tail = self._pos, (() if origin else v.shape[1:])
+        shares, held = self._shares(idx), _edges(pos.chunks[0])
+        starts = _edges(self.chunks)
+        name = f"eagle-until-take-{tokenize(None if origin else v.name, pos.name, shares)}"
+        dtype = np.int64 if origin else v.dtype
+        layer = {}
+        for k, row in enumerate(_pieces(shares, held)):
+            parts = [x for j, lo, hi in row
+                     for x in (None if origin else (v.name, j, *(0,) * len(tail)), (pos.name, j), lo, hi, int(starts[j]))]
+            layer[(name, k, *(0,) * len(tail))] = (_gather, tail, dtype, *parts)
+        deps = [pos] if origin else [v, pos]
+        chunks = (tuple(int(c) for c in np.diff(shares)),) + tuple((w,) for w in tail)
+        return _array(name, layer, deps, chunks, dtype)
 
     def put(self, v, idx, new):
-        """``v`` with samples ``idx`` replaced by ``new``: one task per chunk of ``v``."""
-        pos = self._pos
-        new = new.rechunk({0: pos.chunks[0]})
-        return self.da.map_blocks(_put, v, pos if v.ndim == 1 else pos[:, None], new, dtype=v.dtype,
-                                  chunks=v.chunks)
+        """``v`` with samples ``idx`` replaced by ``new`` (chunked as the round's shares): one task
+        per chunk of ``v``, taking the pieces of the shares its running samples came in."""
+        from dask.base import tokenize
+        pos, tail = self._pos, v.shape[1:]
+        shares = self._shares(idx)
+        if new.chunks[0] != tuple(int(c) for c in np.diff(shares)):
+            new = new.rechunk({0: tuple(int(c) for c in np.diff(shares))})
+        name = f"eagle-until-put-{tokenize(v.name, pos.name, new.name)}"
+        starts, zeros = _edges(self.chunks), (0,) * len(tail)
+        layer = {}
+        for j, row in enumerate(_pieces(_edges(pos.chunks[0]), shares)):
+            parts = [x for k, lo, hi in row for x in ((new.name, k, *zeros), lo, hi)]
+            layer[(name, j, *zeros)] = (_put_pieces, (v.name, j, *zeros), (pos.name, j), int(starts[j]), *parts)
+        return _array(name, layer, [v, pos, new], v.chunks, v.dtype)
 
     def settle(self, dicts):
         """Every array of ``dicts`` persisted on the workers (one graph)."""
