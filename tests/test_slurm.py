@@ -272,3 +272,127 @@ def test_the_jobqueue_recipe_runs_with_tls_and_refuses_a_stranger_on_every_port(
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, 9)
+
+
+# -- a worker rank lost while its block runs ---------------------------------------------------
+#: the page's recipe (section 2) as a cluster of 3 ranks on this node: the scheduler and two
+#: workers; the job's own script only says the cluster is up (the run comes from outside the job)
+THREE_RANKS = [
+    ("#SBATCH --nodes=5                   # 1 scheduler + 4 workers", "#SBATCH --nodes=1"),
+    ("#SBATCH --ntasks-per-node=1", "#SBATCH --ntasks-per-node=2"),
+    ("#SBATCH --cpus-per-task=32", "#SBATCH --cpus-per-task=1"),
+    ("#SBATCH --time=01:00:00", "#SBATCH --time=00:05:00"),
+    ("--ntasks=5", "--ntasks=3 --overcommit"),
+    ("--interface ib0", "--interface lo"),
+    ('python my_run.py "$SCHED"', 'echo "cluster up: $SCHED"'),
+]
+
+LOST_WORKER_DRIVER = '''
+import json, os, sys, threading, time
+import numpy as np
+import eagle, eagle_dask
+from eagle import In, Out, Param
+from eagle import plan as eplan
+from eagle_dask import DaskPartition
+
+
+@eagle.kernel
+def halve_and_add(i, x: In, steps: Param, y: Out):
+    s = 0.0
+    for k in range(steps):
+        s = s * 0.5 + x[i]
+    y[i] = s
+
+
+def reference(x, steps):
+    # numpy, the same operations (s * 0.5 is exact): the values stop changing long before steps
+    s = np.zeros_like(x)
+    for _ in range(steps):
+        nxt = s * 0.5 + x
+        if np.array_equal(nxt, s):
+            break
+        s = nxt
+    return s
+
+
+def say(*what):
+    print(*what, flush=True)
+
+
+def received():
+    import eagle_dask.task
+    return [r[:4] for r in eagle_dask.task.received()]
+
+
+STEPS = 1_000_000_000           # about a second per sample: a block of 4 runs for seconds
+client = eagle_dask.connect(sys.argv[1])
+pids = client.run(os.getpid)    # each worker's own pid, as the worker reports it
+names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
+victim = next(a for a in pids if names[a] == 2)
+say("PIDS", json.dumps({str(names[a]): pid for a, pid in pids.items()}))
+p = eplan.plan(eagle.deploy(halve_and_add), structure=DaskPartition.on(client, progress=False))
+x = np.arange(8.0) * 0.5 + 0.25
+out = {}
+t0 = time.monotonic()
+run = threading.Thread(target=lambda: out.update(y=p.run(x=x, steps=STEPS)))
+run.start()
+end = time.monotonic() + 120
+while not client.run(received, workers=[victim])[victim] and time.monotonic() < end and run.is_alive():
+    time.sleep(0.1)
+say("RUNNING", pids[victim], f"{time.monotonic() - t0:.1f} s")
+run.join(240)
+y = out["y"]
+say("FIRST", np.array_equal(y.view(np.uint64), reference(x, STEPS).view(np.uint64)), f"{time.monotonic() - t0:.1f} s")
+info = client.scheduler_info()["workers"]
+say("WORKERS", json.dumps(sorted(w["name"] for w in info.values())))
+say("RECEIVED", json.dumps({str(w["name"]): client.run(received, workers=[a])[a] for a, w in info.items()}))
+y = p.run(x=x + 1.0, steps=1000)
+say("SECOND", np.array_equal(y.view(np.uint64), reference(x + 1.0, 1000).view(np.uint64)))
+client.shutdown()
+say("SHUTDOWN", time.time())
+'''
+
+
+def test_a_worker_rank_lost_mid_run_leaves_the_cluster_and_the_run_gives_the_same_bits():
+    script = page_script()
+    for old, new in THREE_RANKS:
+        assert script.count(old) == 1, f"the page's recipe changed: {old!r} is not in it once"
+        script = script.replace(old, new)
+    d = slurm.job_dir()
+    for name, text in (("job.sh", script), ("driver.py", LOST_WORKER_DRIVER)):
+        path = os.path.join(d, name)
+        with open(path, "w") as f:
+            f.write(text)
+        os.chown(path, slurm.UID, slurm.UID)
+    sub = slurm.as_user(["sbatch", "--parsable", "--output=job.out", "job.sh"], d, timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+    sched = os.path.join(d, f"eagle-{job}.json")
+    end = time.monotonic() + 120
+    while not os.path.exists(sched) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert os.path.exists(sched), open(os.path.join(d, "job.out")).read()[-3000:]
+    driver = slurm.as_user(["python", "driver.py", sched], d, popen=True)
+    out = ""
+    try:
+        while "RUNNING" not in out and driver.poll() is None:
+            out += driver.stdout.readline()
+        assert "RUNNING" in out, out[-4000:]
+        victim = int(out.split("RUNNING ", 1)[1].split()[0])
+        time.sleep(1.0)
+        os.kill(victim, 9)
+        print("KILLED", victim, time.time())
+        out += driver.communicate(timeout=240)[0]
+        shut = time.monotonic()
+        print(out)
+        state = slurm.wait_for_job(job, timeout=90)
+        took = time.monotonic() - shut
+        job_out = open(os.path.join(d, "job.out")).read()
+        print(state, f"{took:.1f}", job_out[-6000:])
+        assert "FIRST True" in out and "SECOND True" in out, out[-4000:]
+        assert 'WORKERS [1]' in out, out[-4000:]
+        assert took < 40, f"the job took {took:.0f} s to end after shutdown"
+        assert not os.path.exists(sched) and not os.path.exists(sched + ".credentials.json")
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, 9)
