@@ -333,7 +333,17 @@ victim = next(a for a in pids if names[a] == 2)
 p = eplan.plan(eagle.deploy(halve_and_add), structure=DaskPartition.on(client, progress=False))
 x = np.arange(8.0) * 0.5 + 0.25
 out = {}
-run = threading.Thread(target=lambda: out.update(y=p.run(x=x, steps=STEPS)), daemon=True)
+
+
+def first_run():
+    try:
+        out["y"] = p.run(x=x, steps=STEPS)
+    except Exception as e:
+        say("RUN FAILED", type(e).__name__, e)
+        raise
+
+
+run = threading.Thread(target=first_run, daemon=True)
 run.start()
 end = time.monotonic() + 120
 while run.is_alive() and time.monotonic() < end and not client.run(received, workers=[victim])[victim]:
@@ -410,6 +420,7 @@ def test_a_worker_rank_lost_mid_run_leaves_the_cluster_and_the_run_gives_the_sam
         shut = time.monotonic()
         state = slurm.wait_for_job(job, timeout=90)
         took = time.monotonic() - shut
+        print(f"the job ended ({state}) {took:.1f} s after the driver's shutdown")
         said, ranks = "".join(lines), open(job_out).read()
         assert "FIRST True" in said and "SECOND True" in said, said[-4000:]
         assert "WORKERS [1]" in said, said[-4000:]           # the scheduler counts the survivor alone
