@@ -272,3 +272,164 @@ def test_the_jobqueue_recipe_runs_with_tls_and_refuses_a_stranger_on_every_port(
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, 9)
+
+
+# -- a worker rank lost while its block runs ---------------------------------------------------
+#: the page's recipe (section 2) as a cluster of 3 ranks on this two-core node: the scheduler and
+#: two workers; the job's own script only says the cluster is up (the run comes from outside the job)
+THREE_RANKS = [
+    ("#SBATCH --nodes=5                   # 1 scheduler + 4 workers", "#SBATCH --nodes=1"),
+    ("#SBATCH --ntasks-per-node=1", "#SBATCH --ntasks-per-node=2"),
+    ("#SBATCH --cpus-per-task=32", "#SBATCH --cpus-per-task=1"),
+    ("#SBATCH --time=01:00:00", "#SBATCH --time=00:05:00"),
+    ("--ntasks=5", "--ntasks=3 --overcommit"),
+    ("--interface ib0", "--interface lo"),
+    ('python my_run.py "$SCHED"', 'echo "cluster up: $SCHED"'),
+]
+
+LOST_WORKER_DRIVER = """
+import json, os, sys, threading, time
+import numpy as np
+import eagle, eagle_dask
+from eagle import In, Out, Param
+from eagle import plan as eplan
+from eagle_dask import DaskPartition
+
+
+@eagle.kernel
+def halve_and_add(i, x: In, steps: Param, y: Out):
+    s = 0.0
+    for k in range(steps):
+        s = s * 0.5 + x[i]
+    y[i] = s
+
+
+def reference(x, steps):
+    # numpy, the same operations (s * 0.5 is exact): the values stop changing long before steps
+    s = np.zeros_like(x)
+    for _ in range(steps):
+        nxt = s * 0.5 + x
+        if np.array_equal(nxt, s):
+            break
+        s = nxt
+    return s
+
+
+def say(*what):
+    print(*what, flush=True)
+
+
+def received():
+    # (kernel, rank, start, stop) of the blocks this worker began (recorded as the kernel starts)
+    import eagle_dask.task
+    return [list(r[:4]) for r in eagle_dask.task.received()]
+
+
+STEPS = 1_000_000_000           # about a second per sample: a block of 4 samples runs for seconds
+client = eagle_dask.connect(sys.argv[1])
+pids = client.run(os.getpid)    # each worker's own process, as the worker says
+names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
+victim = next(a for a in pids if names[a] == 2)
+p = eplan.plan(eagle.deploy(halve_and_add), structure=DaskPartition.on(client, progress=False))
+x = np.arange(8.0) * 0.5 + 0.25
+out = {}
+
+
+def first_run():
+    try:
+        out["y"] = p.run(x=x, steps=STEPS)
+    except Exception as e:
+        say("RUN FAILED", type(e).__name__, e)
+        raise
+
+
+run = threading.Thread(target=first_run, daemon=True)
+run.start()
+end = time.monotonic() + 120
+while run.is_alive() and time.monotonic() < end and not client.run(received, workers=[victim])[victim]:
+    time.sleep(0.1)
+say("RUNNING", pids[victim])     # worker 2's block has started: the test kills that process now
+run.join(240)
+say("FIRST", np.array_equal(out["y"].view(np.uint64), reference(x, STEPS).view(np.uint64)))
+info = client.scheduler_info()["workers"]
+say("WORKERS", json.dumps(sorted(w["name"] for w in info.values())))
+say("RECEIVED", json.dumps({str(w["name"]): client.run(received, workers=[a])[a] for a, w in info.items()}))
+y = p.run(x=x + 1.0, steps=1000)
+say("SECOND", np.array_equal(y.view(np.uint64), reference(x + 1.0, 1000).view(np.uint64)))
+client.shutdown()
+say("SHUTDOWN")
+"""
+
+
+def _lines(proc):
+    """A list that a thread fills with ``proc``'s output lines as they come."""
+    import threading
+    got = []
+    threading.Thread(target=lambda: got.extend(iter(proc.stdout.readline, "")), daemon=True).start()
+    return got
+
+
+def _wait_for(lines, word, proc, bound):
+    """The first line of ``lines`` starting with ``word`` (waiting at most ``bound`` seconds)."""
+    end = time.monotonic() + bound
+    while time.monotonic() < end:
+        hit = next((line for line in list(lines) if line.startswith(word)), None)
+        if hit is not None:
+            return hit
+        if proc.poll() is not None and not any(line.startswith(word) for line in list(lines)):
+            time.sleep(0.5)             # the reader's last lines
+            hit = next((line for line in list(lines) if line.startswith(word)), None)
+            assert hit is not None, f"the driver ended without {word!r}:\n" + "".join(lines)[-4000:]
+            return hit
+        time.sleep(0.05)
+    raise AssertionError(f"no {word!r} from the driver within {bound} s:\n" + "".join(lines)[-4000:])
+
+
+def test_a_worker_rank_lost_mid_run_leaves_the_cluster_and_the_run_gives_the_same_bits():
+    """The page's batch recipe, a run from outside the job, and worker rank 2's process -- the pid
+    its worker reports -- killed while its block runs: srun goes on, the scheduler reruns that
+    block on rank 1 (numpy's bits), counts rank 1 alone and serves the next run; after
+    ``client.shutdown()`` the ranks left end the job within 40 s and remove their files.
+    (Busy-ness is read from the worker, not from the CPU: ``srun -n 3 --overcommit`` outside a
+    batch job binds every task to CPU 0 here, where two blocks run at ~48 % each.)"""
+    script = page_script()
+    for old, new in THREE_RANKS:
+        assert script.count(old) == 1, f"the page's recipe changed: {old!r} is not in it once"
+        script = script.replace(old, new)
+    d = slurm.job_dir()
+    for name, text in (("job.sh", script), ("driver.py", LOST_WORKER_DRIVER)):
+        path = os.path.join(d, name)
+        with open(path, "w") as f:
+            f.write(text)
+        os.chown(path, slurm.UID, slurm.UID)
+    sub = slurm.as_user(["sbatch", "--parsable", "--output=job.out", "job.sh"], d, timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+    sched, job_out = os.path.join(d, f"eagle-{job}.json"), os.path.join(d, "job.out")
+    end = time.monotonic() + 120
+    while not os.path.exists(sched) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert os.path.exists(sched), open(job_out).read()[-3000:]
+    driver = slurm.as_user(["python", "driver.py", sched], d, popen=True)
+    try:
+        lines = _lines(driver)
+        victim = int(_wait_for(lines, "RUNNING", driver, 180).split()[1])
+        time.sleep(1.0)                 # well inside the block (4 samples, about a second each)
+        os.kill(victim, 9)
+        _wait_for(lines, "SHUTDOWN", driver, 240)
+        shut = time.monotonic()
+        state = slurm.wait_for_job(job, timeout=90)
+        took = time.monotonic() - shut
+        print(f"the job ended ({state}) {took:.1f} s after the driver's shutdown")
+        said, ranks = "".join(lines), open(job_out).read()
+        assert "FIRST True" in said and "SECOND True" in said, said[-4000:]
+        assert "WORKERS [1]" in said, said[-4000:]           # the scheduler counts the survivor alone
+        received = json.loads(said.split("RECEIVED ", 1)[1].splitlines()[0])
+        assert ["halve_and_add", 1, 4, 8] in received["1"], received     # rank 2's block, rerun on rank 1
+        assert took < 40, f"the job took {took:.0f} s to end after shutdown ({state})\n" + ranks[-3000:]
+        assert re.findall(r"task (\d+): (\w+)", ranks) == [("2", "Killed")], ranks[-3000:]
+        assert "rank 0 leaves" in ranks and "rank 1 leaves" in ranks, ranks[-3000:]
+        assert not os.path.exists(sched) and not os.path.exists(sched + ".credentials.json")
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, 9)
