@@ -2,7 +2,8 @@
 scripts/slurm_local.sh start).  The SLURM jobs run the bed's virtualenv, built from the tree the
 bed was started from: the docs mutant is read from the tree under test, but a mutant of
 eagle_dask/ reaches the jobs only when the bed is restarted from the mutated tree (its venv is
-rebuilt when the tree changes) -- the two below were checked so, by hand."""
+rebuilt when the tree changes) -- the two in ``BY_HAND`` were checked so; scripts/mutants.py
+runs ``MUTANTS`` only."""
 T = "tests/test_slurm.py::test_a_worker_rank_lost_mid_run_leaves_the_cluster_and_the_run_gives_the_same_bits"
 MUTANTS = [
     {"name": "the page's srun ends the whole step when one task dies (--kill-on-bad-exit=1)",
@@ -10,6 +11,9 @@ MUTANTS = [
      "old": "srun --mpi=pmi2 --ntasks=5",
      "new": "srun --mpi=pmi2 --kill-on-bad-exit=1 --ntasks=5",
      "tests": [T], "timeout": 400},
+]
+#: run by hand (the bed restarted from the mutated tree): scripts/mutants.py cannot reach them
+BY_HAND = [
     {"name": "the scheduler's rank ends the cluster once a worker rank is lost (bed rebuilt: by hand)",
      "path": "eagle_dask/cluster.py",
      "old": "            await s.finished()",
