@@ -98,10 +98,15 @@ def kill_workers(client):
         psutil.Process(pid).kill()
 
 
+@pytest.mark.parametrize("transport", ["shared memory", "messages"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_every_worker_lost_and_restarted_gives_same_bits(case):
+def test_every_worker_lost_and_restarted_gives_same_bits(case, transport, monkeypatch):
     """Both workers killed mid-block, the nannies restart them: the blocks are resubmitted to the
-    new workers (sliced inputs ride in the task; whole planes are scattered again)."""
+    new workers -- through the driver's shared memory, or (``messages``, as for workers on other
+    hosts) with each block's share of the sliced planes, lost with its worker, sent again from
+    the driver's planes, and the whole planes scattered again."""
+    if transport == "messages":
+        monkeypatch.setenv("EAGLE_DASK_SHM", "0")
     kernel, make = CASES[case]
     plugin = eagle.deploy(kernel)
     assert ("x" in plugin.sliceable) == (case == "sliced")
