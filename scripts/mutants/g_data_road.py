@@ -1,0 +1,36 @@
+"""Mutants of numpy mode's data road (shares straight to the worker, outputs straight back)."""
+
+ROAD = "tests/test_hosts.py::test_numpy_mode_planes_go_straight_between_the_driver_and_the_workers"
+LOST = "tests/test_dask_faults.py::test_every_worker_lost_and_restarted_gives_same_bits[sliced-messages]"
+STALL = "tests/test_dask_faults.py::test_a_hung_worker_is_given_up_after_stall_timeout_with_the_same_bits[messages]"
+
+MUTANTS = [
+    {"name": "a block's share rides inside its task again (through the scheduler)",
+     "path": "eagle_dask/eager.py",
+     "old": "    share, address = _send_share(run, b, address)\n",
+     "new": "    share = {k: np.ascontiguousarray(v[b.part.base:b.part.stop]) for k, v in run.sliced.items()}\n",
+     "tests": [ROAD], "timeout": 600},
+    {"name": "the outputs gathered through the scheduler",
+     "path": "eagle_dask/eager.py",
+     "old": "errors=\"raise\",\n                                           direct=True, callback_timeout=bound)",
+     "new": "errors=\"raise\",\n                                           direct=False, callback_timeout=bound)",
+     "tests": [ROAD], "timeout": 600},
+    {"name": "a block's share scattered through the scheduler",
+     "path": "eagle_dask/send.py",
+     "old": "workers=[address], direct=True, hash=False",
+     "new": "workers=[address], direct=False, hash=False",
+     "tests": [ROAD], "timeout": 600},
+    {"name": "a share lost with its worker not sent again (the block's cancel taken for the user's)",
+     "path": "eagle_dask/eager.py",
+     "old": "share_lost = b.inputs is not None and lost([b.inputs])",
+     "new": "share_lost = False",
+     "tests": [LOST], "timeout": 600},
+    {"name": "a resubmitted block reuses its old share (left on the lost or silent worker)",
+     "path": "eagle_dask/eager.py",
+     "old": ("    if b.inputs is not None:\n"
+             "        b.inputs.release()          # the share of an earlier submission: sent anew where the block goes\n"
+             "        b.inputs = None\n"),
+     "new": ("    if b.inputs is not None:\n"
+             "        return b.inputs, run.whole_f, run.fresh, None, address\n"),
+     "tests": [LOST, STALL], "timeout": 600},
+]
