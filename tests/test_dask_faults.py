@@ -339,3 +339,23 @@ def test_stall_timeout_is_checked():
                      (True, TypeError)):
         with pytest.raises(err, match=r"stall_timeout=.*unheard"):
             DaskPartition.on(progress=False, stall_timeout=bad)
+
+
+def test_a_share_lies_on_the_worker_named_or_is_refused_within_the_bound():
+    """``send.scatter_to``: a block's share lies on the worker it was sent to, and only there, with
+    the bytes sent; a worker that is not in the cluster takes nothing: ``None`` within the bound,
+    and the scheduler holds nothing under its key."""
+    from eagle_dask import send
+    x = np.random.default_rng(5).uniform(-1, 1, 1000)
+    with eagle_dask.local_cluster(n_workers=2) as client:
+        client.wait_for_workers(2, timeout=120)
+        for i, address in enumerate(sorted(client.scheduler_info()["workers"])):
+            f = send.scatter_to(client, f"t-eagle-share-0a-rank{i}", {"x": x}, address, 30)
+            assert f is not None, address
+            assert list(client.who_has([f])[f.key]) == [address], (address, client.who_has([f]))
+            assert np.array_equal(f.result()["x"].view(np.uint64), x.view(np.uint64))
+            f.release()
+        t0 = time.monotonic()
+        assert send.scatter_to(client, "t-eagle-share-0a-rank9", {"x": x}, "tls://127.0.0.1:9", 2.0) is None
+        assert time.monotonic() - t0 < 2.0 + 5, "the send to a missing worker outlived its bound"
+        assert "t-eagle-share-0a-rank9" not in client.who_has(), "a refused share left a key on the scheduler"

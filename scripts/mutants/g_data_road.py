@@ -2,6 +2,7 @@
 
 ROAD = "tests/test_hosts.py::test_numpy_mode_planes_go_straight_between_the_driver_and_the_workers"
 LOST = "tests/test_dask_faults.py::test_every_worker_lost_and_restarted_gives_same_bits[sliced-messages]"
+SEND = "tests/test_dask_faults.py::test_a_share_lies_on_the_worker_named_or_is_refused_within_the_bound"
 STALL = "tests/test_dask_faults.py::test_a_hung_worker_is_given_up_after_stall_timeout_with_the_same_bits[messages]"
 
 MUTANTS = [
@@ -33,4 +34,19 @@ MUTANTS = [
      "new": ("    if b.inputs is not None:\n"
              "        return b.inputs, run.whole_f, run.fresh, None, address\n"),
      "tests": [LOST, STALL], "timeout": 600},
+    {"name": "a share sent to whichever worker the scatter picks, not the block's",
+     "path": "eagle_dask/send.py",
+     "old": "{key: value}, workers=[address], direct",
+     "new": "{key: value}, workers=None, direct",
+     "tests": [SEND], "timeout": 300},
+    {"name": "a share's send not bounded by the run's timeout",
+     "path": "eagle_dask/send.py",
+     "old": "timeout=timeout, callback_timeout=timeout)[key]",
+     "new": "timeout=60, callback_timeout=60)[key]",
+     "tests": [SEND], "timeout": 300},
+    {"name": "a share's failed send raised as distributed's error, not None (no other worker tried)",
+     "path": "eagle_dask/send.py",
+     "old": "        _forget(client, key)\n        return None\n",
+     "new": "        _forget(client, key)\n        raise\n",
+     "tests": [SEND], "timeout": 300},
 ]
