@@ -3,6 +3,7 @@
 ROAD = "tests/test_hosts.py::test_numpy_mode_planes_go_straight_between_the_driver_and_the_workers"
 LOST = "tests/test_dask_faults.py::test_every_worker_lost_and_restarted_gives_same_bits[sliced-messages]"
 SEND = "tests/test_dask_faults.py::test_a_share_lies_on_the_worker_named_or_is_refused_within_the_bound"
+KEYS = "tests/test_dask_manners.py::test_numpy_mode_keys_start_with_the_kernel_name[0]"
 STALL = "tests/test_dask_faults.py::test_a_hung_worker_is_given_up_after_stall_timeout_with_the_same_bits[messages]"
 
 MUTANTS = [
@@ -49,4 +50,14 @@ MUTANTS = [
      "old": "        _forget(client, key)\n        return None\n",
      "new": "        _forget(client, key)\n        raise\n",
      "tests": [SEND], "timeout": 300},
+    {"name": "a block's share rides inside its task again (no share key)",
+     "path": "eagle_dask/eager.py",
+     "old": "    share, address = _send_share(run, b, address)\n",
+     "new": "    share = {k: np.ascontiguousarray(v[b.part.base:b.part.stop]) for k, v in run.sliced.items()}\n",
+     "tests": [KEYS], "timeout": 300},
+    {"name": "a finished run's futures (blocks, shares, planes) held until the next run",
+     "path": "eagle_dask/eager.py",
+     "old": "            del cls._by_client[client]\n        cls._release(futures)\n",
+     "new": "            return\n",
+     "tests": [KEYS], "timeout": 300},
 ]
