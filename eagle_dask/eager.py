@@ -68,6 +68,10 @@ GATHER = 2.0
 GATHERS = 12
 #: times a block stuck on the address of a dead worker is resubmitted before the run gives up
 RESUBMITS = 2
+#: bytes per second below which a block's share is taken for stalled on its way: a send to one
+#: worker is given ``stall_timeout`` seconds plus the share's bytes at this rate, then another
+#: worker is tried (a worker hung or silent before the run starts)
+SLOW_SEND = 10e6
 
 
 class Held:
@@ -520,14 +524,17 @@ def _transport(run, b, address):
 def _send_share(run, b, address):
     """(the future of block ``b``'s share of the sliced planes, the worker holding it): sent from
     the driver's planes straight to ``address`` or, when that worker does not take it, to another
-    worker of the cluster -- at most ``TRIES`` workers, within the run's ``timeout``."""
+    worker of the cluster -- at most ``TRIES`` workers, within the run's ``timeout``, each given
+    ``stall_timeout`` plus the share's bytes at ``SLOW_SEND``."""
     share = {k: np.ascontiguousarray(v[b.part.base:b.part.stop]) for k, v in run.sliced.items()}
     if not share:
         return {}, address
+    size = sum(v.nbytes for v in share.values())
     start, timeout, tried = time.monotonic(), run.structure.timeout, []
+    one = run.structure.stall_timeout + size / SLOW_SEND
     while len(tried) < TRIES and time.monotonic() - start < timeout:
         key = keys.share_key(run.name, run.tag, b.rank, b.attempts, len(tried))
-        b.inputs = scatter_to(run.client, key, share, address, timeout - (time.monotonic() - start))
+        b.inputs = scatter_to(run.client, key, share, address, min(one, timeout - (time.monotonic() - start)))
         if b.inputs is not None:
             return b.inputs, address
         tried.append(address)
@@ -535,7 +542,6 @@ def _send_share(run, b, address):
         if not others:
             break
         address = others[b.rank % len(others)]
-    size = sum(v.nbytes for v in share.values())
     cls = TimeoutError if time.monotonic() - start >= timeout else RuntimeError
     raise cls(f"DaskPartition: the share of rank {b.rank} ({size / 1e6:.0f} MB of the sliced planes "
               f"{sorted(share)}) of kernel {run.name!r} could not be sent to worker(s) {tried} within "

@@ -72,17 +72,28 @@ def scatter_everywhere(client, key: str, value, timeout: float, what: str):
     raise _failed(client, what, value, timeout, before, failures, time.monotonic() - start)
 
 
+async def _send_to(client, key, value, address):
+    """``value`` into the memory of the worker at ``address`` under ``key``, then the scheduler told
+    it lies there (what ``Client.scatter(..., workers=[address], direct=True)`` does, as one
+    coroutine: a bound that cancels it cancels the send, where distributed's own leaves it running
+    to fail later, unobserved, on a worker that went silent)."""
+    from distributed.protocol import to_serialize
+    answer = await client.rpc(address).update_data(data={key: to_serialize(value)})
+    await client.scheduler.update_data(who_has={key: [address]}, nbytes=answer["nbytes"], client=client.id)
+
+
 def scatter_to(client, key: str, value, address: str, timeout: float):
     """The future of ``value`` sent from this process straight to the worker at ``address`` under
     ``key`` within ``timeout`` seconds (the scheduler is told where it lies, and never sees its
-    bytes); None if that worker did not take it in time (gone, paused, closing): nothing of the
+    bytes); None if that worker did not take it in time (gone, hung, closing): nothing of the
     try is kept."""
+    from distributed import Future
     try:
-        return client.sync(client._scatter, {key: value}, workers=[address], direct=True, hash=False,
-                           timeout=timeout, callback_timeout=timeout)[key]
+        client.sync(_send_to, client, key, value, address, callback_timeout=timeout)
     except _errors():
         _forget(client, key)
         return None
+    return Future(key, client, state="memory")
 
 
 def _failed(client, what, value, timeout, before, failures, spent):

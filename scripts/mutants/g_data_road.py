@@ -4,6 +4,8 @@ ROAD = "tests/test_hosts.py::test_numpy_mode_planes_go_straight_between_the_driv
 LOST = "tests/test_dask_faults.py::test_every_worker_lost_and_restarted_gives_same_bits[sliced-messages]"
 SEND = "tests/test_dask_faults.py::test_a_share_lies_on_the_worker_named_or_is_refused_within_the_bound"
 KEYS = "tests/test_dask_manners.py::test_numpy_mode_keys_start_with_the_kernel_name[0]"
+HUNG = ("tests/test_dask_faults.py::"
+        "test_a_worker_hung_before_the_run_gets_no_share_and_the_run_ends_with_the_same_bits")
 STALL = "tests/test_dask_faults.py::test_a_hung_worker_is_given_up_after_stall_timeout_with_the_same_bits[messages]"
 
 MUTANTS = [
@@ -19,8 +21,9 @@ MUTANTS = [
      "tests": [ROAD], "timeout": 600},
     {"name": "a block's share scattered through the scheduler",
      "path": "eagle_dask/send.py",
-     "old": "workers=[address], direct=True, hash=False",
-     "new": "workers=[address], direct=False, hash=False",
+     "old": "client.sync(_send_to, client, key, value, address, callback_timeout=timeout)",
+     "new": ("client.sync(client._scatter, {key: value}, workers=[address], direct=False, hash=False, "
+             "timeout=timeout, callback_timeout=timeout)"),
      "tests": [ROAD], "timeout": 600},
     {"name": "a share lost with its worker not sent again (the block's cancel taken for the user's)",
      "path": "eagle_dask/eager.py",
@@ -35,15 +38,15 @@ MUTANTS = [
      "new": ("    if b.inputs is not None:\n"
              "        return b.inputs, run.whole_f, run.fresh, None, address\n"),
      "tests": [LOST, STALL], "timeout": 600},
-    {"name": "a share sent to whichever worker the scatter picks, not the block's",
+    {"name": "a share sent to another worker than the block's",
      "path": "eagle_dask/send.py",
-     "old": "{key: value}, workers=[address], direct",
-     "new": "{key: value}, workers=None, direct",
+     "old": "answer = await client.rpc(address).update_data(",
+     "new": "answer = await client.rpc(min(client.scheduler_info()['workers'])).update_data(",
      "tests": [SEND], "timeout": 300},
     {"name": "a share's send not bounded by the run's timeout",
      "path": "eagle_dask/send.py",
-     "old": "timeout=timeout, callback_timeout=timeout)[key]",
-     "new": "timeout=60, callback_timeout=60)[key]",
+     "old": "address, callback_timeout=timeout)",
+     "new": "address, callback_timeout=60)",
      "tests": [SEND], "timeout": 300},
     {"name": "a share's failed send raised as distributed's error, not None (no other worker tried)",
      "path": "eagle_dask/send.py",
@@ -60,4 +63,9 @@ MUTANTS = [
      "old": "            del cls._by_client[client]\n        cls._release(futures)\n",
      "new": "            return\n",
      "tests": [KEYS], "timeout": 300},
+    {"name": "a share's send to a hung worker waits the run's whole timeout, not stall_timeout",
+     "path": "eagle_dask/eager.py",
+     "old": "one = run.structure.stall_timeout + size / SLOW_SEND",
+     "new": "one = timeout",
+     "tests": [HUNG], "timeout": 400},
 ]
