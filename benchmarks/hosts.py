@@ -4,6 +4,7 @@
     python -m benchmarks.hosts                     # as root; about two minutes on 2 cores
     python -m benchmarks.hosts --n 200000          # smaller planes
     python -m benchmarks.hosts --out DIR           # also write DIR/hosts.json
+    python -m benchmarks.hosts --no-silent         # the bytes only (no silent-host runs)
 
 ``eagle-dask cluster`` (mutual TLS) across the namespaces of ``scripts/hosts_local.sh``: the
 scheduler on eagle-h0, one worker on each of eagle-h1 .. eagle-hK (K = 2, then 3), the driver on
@@ -12,7 +13,11 @@ while a run ran (``tests.hosts.switch_bytes``: TLS, TCP and IP included, heartbe
 
 * numpy mode (numpy planes): **network crossings per plane byte** = bytes on the links / (input
   plane bytes + output plane bytes): 1.0 when every plane byte crosses once, 2.0 when each is
-  relayed by the scheduler;
+  relayed by the scheduler.  Each block's share goes from the driver straight to its worker and
+  its outputs straight back (``eagle_dask.eager``): 1.005 (axpb) and 1.017 (oscillator) with 2
+  and with 3 worker hosts at ``--n 1000000``, the rest being TLS, TCP and IP headers and the
+  cluster's own messages; 2.009 and 2.033 when the shares rode in the tasks and the outputs came
+  back through the scheduler;
 * lazy mode (dask arrays persisted on the workers before the run, the outputs computed to the
   driver): **bytes moved per output byte** = bytes on the links / output plane bytes.
 
@@ -139,6 +144,7 @@ def main(argv=None):
     ap.add_argument("--silence", type=lambda t: t.split(","), default=["cut", "stop"],
                     help="how eagle-h2 goes silent: cut (its link), stop (SIGSTOP), or both, comma-separated")
     ap.add_argument("--no-traffic", action="store_true", help="the silent-host runs only")
+    ap.add_argument("--no-silent", action="store_true", help="the bytes only: no silent-host runs")
     ap.add_argument("--out", default=None, help="folder for hosts.json")
     a = ap.parse_args(argv)
     why = H.why_not(need=5)
@@ -153,7 +159,7 @@ def main(argv=None):
         print(f"{r['worker_hosts']:>5}  {r['mode']:5}  {r['kernel']:10}  {r['plane_bytes']:>11}  {r['moved']:>12}  "
               f"{r['per_byte']:>8.2f}  {r['seconds']:>7.2f}  {'yes' if r['identical'] else 'NO'}")
     print("per byte: network crossings per plane byte (numpy mode), bytes moved per output byte (lazy mode)")
-    silent = [silent_host(a.silent_n, a.steps, how) for how in a.silence]
+    silent = [] if a.no_silent else [silent_host(a.silent_n, a.steps, how) for how in a.silence]
     for f in silent:
         what = {"stop": "its processes stopped (SIGSTOP)", "cut": "its link cut at the switch"}[f["how"]]
         print(f"silent host (numpy oscillator n={f['n']} x {f['steps']} steps, 2 worker hosts, eagle-h2 silenced a "

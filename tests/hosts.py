@@ -7,7 +7,8 @@ runs on its own host, rank 0 (the scheduler) on the first.  The driver is ``pyth
 drive SPEC``, run on its host: it joins with ``eagle_dask.connect`` (the cluster's own TLS
 credentials), runs, and writes the outputs (``.npz``) and what it measured (``.json``): the bytes
 every host sent onto the switch (the ``sw*`` ports of ``eagle-sw``) during each run, the plane
-bytes, the segments each worker opened and the host ids.  Every wait is bounded.
+bytes, the bytes each host sent and received (numpy mode), the segments each worker opened and
+the host ids.  Every wait is bounded.
 """
 from __future__ import annotations
 
@@ -69,6 +70,15 @@ def switch_bytes() -> int:
     out = subprocess.run(["ip", "-n", SWITCH, "-s", "-j", "link", "show"], capture_output=True, text=True,
                          timeout=20, check=True).stdout
     return sum(link["stats64"]["rx"]["bytes"] for link in json.loads(out) if link["ifname"].startswith("sw"))
+
+
+def host_bytes() -> dict:
+    """``{host: bytes it sent onto the switch + bytes the switch sent it}``, per host of the bed
+    (port ``sw<h>`` of the switch is host ``eagle-h<h>``'s link)."""
+    out = subprocess.run(["ip", "-n", SWITCH, "-s", "-j", "link", "show"], capture_output=True, text=True,
+                         timeout=20, check=True).stdout
+    return {int(link["ifname"][2:]): link["stats64"]["rx"]["bytes"] + link["stats64"]["tx"]["bytes"]
+            for link in json.loads(out) if link["ifname"].startswith("sw")}
 
 
 def _killpg(proc):
@@ -215,12 +225,12 @@ def planes_of(kernels, run) -> dict:
 
 def _numpy_run(plan, planes):
     before_in = _nbytes(planes)
-    b0 = switch_bytes()
+    h0, b0 = host_bytes(), switch_bytes()
     t0 = time.perf_counter()
     out = as_dict(plan.plugin, plan.run(**planes))
     seconds = time.perf_counter() - t0
-    moved = switch_bytes() - b0
-    return out, moved, before_in + _nbytes(out), seconds
+    moved, h1 = switch_bytes() - b0, host_bytes()
+    return out, moved, before_in + _nbytes(out), seconds, {h: h1[h] - h0.get(h, 0) for h in h1}
 
 
 def _lazy_run(plan, planes, chunks):
@@ -273,14 +283,15 @@ def _main(spec_path):
         print(f"START {i}", flush=True)
         if run["mode"] == "numpy":
             plan = eplan.plan(plugin, structure=eagle_dask.DaskPartition.on(client, progress=False))
-            out, moved, plane_bytes, seconds = _numpy_run(plan, planes_of(K, run))
+            out, moved, plane_bytes, seconds, by_host = _numpy_run(plan, planes_of(K, run))
         else:
+            by_host = None
             plan = eplan.plan(plugin, structure=eagle_dask.DaskPartition.on(client, progress=False,
                                                                              min_block=run.get("min_block")))
             out, moved, plane_bytes, seconds = _lazy_run(plan, planes_of(K, run), run["chunks"])
         np.savez(os.path.join(spec["workdir"], f"run{i}.npz"), **out)
         report["runs"].append({**run, "moved": moved, "plane_bytes": plane_bytes, "seconds": seconds,
-                               "opened": _opened(client, shm)})
+                               "opened": _opened(client, shm), "by_host": by_host})
         print(f"{run['mode']} {run['kernel']} n={run['n']}: {moved} bytes on the links, {plane_bytes} plane "
               f"bytes, {moved / max(plane_bytes, 1):.2f} per plane byte, {seconds:.2f} s", flush=True)
     with open(os.path.join(spec["workdir"], "report.json"), "w") as f:

@@ -36,10 +36,10 @@ def run_on_bed(workdir, scheduler, workers, driver, runs):
     return report
 
 
-def check_bits(name, got):
-    ref = K.one_process(name, N)
+def check_bits(name, got, n=N):
+    ref = K.one_process(name, n)
     assert K.same_bits(ref, got), f"{name}: not the bits of one process (HostTeam)"
-    numpy_ref = K.CASES[name][2](K.inputs(name, N))
+    numpy_ref = K.CASES[name][2](K.inputs(name, n))
     assert K.same_bits(numpy_ref, {k: got[k] for k in numpy_ref}), f"{name}: not the numpy reference's bits"
 
 
@@ -70,6 +70,33 @@ def test_same_bits_across_hosts_in_numpy_and_lazy_mode(workdir, workers):
               f"{run['plane_bytes']} plane bytes: {per:.2f} {what}")
         # every plane byte lies on another host than where it is needed: it crosses a link at least once
         assert per >= 1.0, f"{run}: fewer bytes counted on the links than the planes hold"
+
+
+#: samples of the road test: planes of 8 and 24 MB, so that the links' own messages (heartbeats,
+#: the tasks, TLS and TCP) weigh little beside them
+ROAD_N = 1_000_000
+
+
+def test_numpy_mode_planes_go_straight_between_the_driver_and_the_workers(workdir):
+    """Scheduler on eagle-h0, workers on eagle-h1 and eagle-h2, the driver on eagle-h3 (no worker
+    on its host: every block takes the network): each block's inputs go from the driver straight
+    to its worker and its outputs straight back -- at most 1.05 bytes on the links per plane byte
+    (2.0 when the scheduler relays them), the scheduler's host sending and receiving under 5 % of
+    the plane bytes, the workers' hosts the plane bytes once -- with the bits of one process."""
+    runs = [{"kernel": name, "mode": "numpy", "n": ROAD_N} for name in ("oscillator", "axpb") for _ in range(2)]
+    report = run_on_bed(workdir, 0, [1, 2], 3, runs)
+    assert report["local_workers"] == [], "a worker of another host taken for the driver's"
+    for run, out in zip(report["runs"], report["outputs"]):
+        check_bits(run["kernel"], out, ROAD_N)
+        planes, by_host = run["plane_bytes"], {int(h): b for h, b in run["by_host"].items()}
+        per = run["moved"] / planes
+        print(f"numpy {run['kernel']} n={ROAD_N}: {per:.3f} crossings per plane byte; bytes through each host's "
+              f"link / plane bytes: {({h: round(b / planes, 3) for h, b in sorted(by_host.items())})}")
+        assert 1.0 <= per <= 1.05, f"{run['kernel']}: {per:.3f} network crossings per plane byte, not at most 1.05"
+        assert by_host[0] < 0.05 * planes, (f"{run['kernel']}: the scheduler's host moved {by_host[0]} bytes for "
+                                            f"{planes} plane bytes: the planes went through it")
+        assert 1.0 <= by_host[3] / planes <= 1.05, f"{run['kernel']}: the driver's link moved {by_host[3]} bytes"
+        assert 1.0 <= (by_host[1] + by_host[2]) / planes <= 1.05, f"{run['kernel']}: the workers' links {by_host}"
 
 
 def test_a_worker_on_the_drivers_host_maps_segments_and_one_elsewhere_never_does(workdir):
