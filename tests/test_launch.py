@@ -5,6 +5,7 @@ on loopback.  When the scheduler's rank is lost, a run says so (not "cancelled")
 refuses a scheduler file left behind, within seconds, naming it."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -92,8 +93,9 @@ def test_the_scheduler_file_is_written_once_every_worker_joined(tmp_path):
         assert proc.wait(timeout=120) == 0
         assert not sched.exists()
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        for pid in reversed(process_tree(proc.pid)):        # the ranks too: a failed check leaks none
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_local_cluster_without_a_dashboard_serves_no_http_at_all():
