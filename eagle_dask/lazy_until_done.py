@@ -113,7 +113,7 @@ class DaskState:
         first = next(v for v in planes.values() if is_dask(v))
         self.chunks = first.chunks[0]
         self.parts = max(len(structure.ranks(gpus=False)), 1)
-        self._pos = None
+        self._pos = self._starts = self._shares = self._gathers = self._puts = None
 
     def rounds_on(self, structure):
         """``structure`` with no joining of chunks into blocks: a round's chunks are its shares."""
@@ -141,48 +141,45 @@ class DaskState:
     # -- a round -------------------------------------------------------------------------
     def begin_round(self, idx, done, steps, cap):
         """The round's samples found on the cluster, chunk by chunk, from the state itself: the
-        driver sends no index (it gives each chunk's count, which the chunk's task checks)."""
-        bounds = np.cumsum((0,) + self.chunks)
-        sizes = tuple(int(s) for s in np.diff(np.searchsorted(idx, bounds)))
+        driver sends no index (it gives each chunk's count, which the chunk's task checks); and
+        the round's cut, once: its shares (``len(idx)`` evenly over the workers) and which pieces
+        of the chunks each share reads (``self._gathers``) and of the shares each chunk takes
+        back (``self._puts``)."""
+        self._starts = _edges(self.chunks)
+        sizes = tuple(int(s) for s in np.diff(np.searchsorted(idx, self._starts)))
         self._pos = self.da.map_blocks(_running_at, done, steps, cap, dtype=np.int64, chunks=(sizes,))
-
-    def _shares(self, idx):
-        """The edges of the round's shares: ``len(idx)`` cut evenly over the workers."""
         share = max(math.ceil(len(idx) / self.parts), 1)
-        return np.array([*range(0, len(idx), share), len(idx)] if len(idx) else [0, 0], dtype=np.int64)
+        shares = np.array([*range(0, len(idx), share), len(idx)] if len(idx) else [0, 0], dtype=np.int64)
+        self._shares = tuple(int(c) for c in np.diff(shares))
+        self._gathers, self._puts = _pieces(shares, _edges(sizes)), _pieces(_edges(sizes), shares)
 
     def take(self, v, idx, origin=False):
         """Samples ``idx`` of ``v`` (``origin``: ``idx`` itself) in shares cut evenly over the workers:
         one task per share, reading the pieces of the chunks it covers."""
         from dask.base import tokenize
-        pos, tail = self._pos, (() if origin else v.shape[1:])
-        shares, held = self._shares(idx), _edges(pos.chunks[0])
-        starts = _edges(self.chunks)
-        name = f"eagle-until-take-{tokenize(None if origin else v.name, pos.name, shares)}"
+        pos, tail, starts = self._pos, (() if origin else v.shape[1:]), self._starts
+        name = f"eagle-until-take-{tokenize(None if origin else v.name, pos.name, self._shares)}"
         dtype = np.int64 if origin else v.dtype
         layer = {}
-        for k, row in enumerate(_pieces(shares, held)):
+        for k, row in enumerate(self._gathers):
             parts = [x for j, lo, hi in row
                      for x in (None if origin else (v.name, j, *(0,) * len(tail)), (pos.name, j), lo, hi, int(starts[j]))]
             layer[(name, k, *(0,) * len(tail))] = (_gather, tail, dtype, *parts)
         deps = [pos] if origin else [v, pos]
-        chunks = (tuple(int(c) for c in np.diff(shares)),) + tuple((w,) for w in tail)
-        return _array(name, layer, deps, chunks, dtype)
+        return _array(name, layer, deps, (self._shares,) + tuple((w,) for w in tail), dtype)
 
     def put(self, v, idx, new):
         """``v`` with samples ``idx`` replaced by ``new`` (chunked as the round's shares): one task
         per chunk of ``v``, taking the pieces of the shares its running samples came in."""
         from dask.base import tokenize
-        pos, tail = self._pos, v.shape[1:]
-        shares = self._shares(idx)
-        if new.chunks[0] != tuple(int(c) for c in np.diff(shares)):
-            new = new.rechunk({0: tuple(int(c) for c in np.diff(shares))})
+        pos, zeros = self._pos, (0,) * (v.ndim - 1)
+        if new.chunks[0] != self._shares:
+            new = new.rechunk({0: self._shares})
         name = f"eagle-until-put-{tokenize(v.name, pos.name, new.name)}"
-        starts, zeros = _edges(self.chunks), (0,) * len(tail)
         layer = {}
-        for j, row in enumerate(_pieces(_edges(pos.chunks[0]), shares)):
+        for j, row in enumerate(self._puts):
             parts = [x for k, lo, hi in row for x in ((new.name, k, *zeros), lo, hi)]
-            layer[(name, j, *zeros)] = (_put_pieces, (v.name, j, *zeros), (pos.name, j), int(starts[j]), *parts)
+            layer[(name, j, *zeros)] = (_put_pieces, (v.name, j, *zeros), (pos.name, j), int(self._starts[j]), *parts)
         return _array(name, layer, [v, pos, new], v.chunks, v.dtype)
 
     def settle(self, dicts):
