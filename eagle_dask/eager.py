@@ -119,11 +119,12 @@ class Held:
 
 
 class _Block:
-    __slots__ = ("rank", "part", "future", "address", "whole", "inputs", "attempts", "shared", "remote")
+    __slots__ = ("rank", "part", "future", "address", "whole", "tables", "inputs", "attempts", "shared", "remote")
 
     def __init__(self, rank, part):
         self.rank, self.part = rank, part
         self.future = self.address = self.whole = None      # whole: the scattered planes it was given
+        self.tables = {}            # the table futures it was given (``eagle_dask.tables``)
         self.inputs = None          # the future of its share of the sliced planes, on its worker
         self.attempts = 0
         self.shared = False         # its planes went through shared memory (``eagle_dask.shm``)
@@ -215,7 +216,7 @@ class EagerRun:
         p = b.part
         sliced, whole_f, fresh, shared, address = _transport(self, b, address)
         key = keys.block_key(self.name, self.tag, b.rank, b.attempts)
-        b.address, b.whole = address, whole_f
+        b.address, b.whole, b.tables = address, whole_f, self.table_f
         b.future = self.client.submit(self.task, self.ref, self.plan.inner, b.rank, p.base, p.stop, self.bound.n,
                                       sliced, whole_f, {**self.params, **self.table_f}, fresh, self.device,
                                       shared, key=key,
@@ -332,9 +333,12 @@ class EagerRun:
         if _scheduler_lost(self.client, b.future):
             raise self._scheduler_lost()
         share_lost = b.inputs is not None and lost([b.inputs])    # lost with the worker it was sent to
-        if share_lost or (b.whole is not None and b.whole.status != "finished") or lost(self.table_f.values()):
-            if lost(self.table_f.values()):
-                self._send_tables()                     # the tables were lost with every worker that held them
+        # its tables lost with every worker that held them, or already sent again for another block
+        # cancelled by the same loss
+        tables_lost = bool(b.tables) and (b.tables is not self.table_f or lost(self.table_f.values()))
+        if share_lost or (b.whole is not None and b.whole.status != "finished") or tables_lost:
+            if tables_lost and b.tables is self.table_f:
+                self._send_tables()
             if b.whole is not None and b.whole is self.whole_f:
                 self._scatter()                         # and so were the whole planes
             self._again(b)
