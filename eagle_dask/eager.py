@@ -47,7 +47,8 @@ from . import keys
 from .progress import end_progress, show_progress
 from .ranks import worker_ranks
 from .send import scatter_everywhere
-from .shm import Elsewhere, SharedRun
+from .shared_run import SharedRun
+from .shm import Elsewhere
 from .tables import lost, shared
 from .task import PluginRef, run_block
 
@@ -170,7 +171,8 @@ class EagerRun:
                     self._submit(b, self.table[b.rank].address)
             Held.release_after_submit(client)
             self._supervise()
-            self.shared.finish([(b.part.base, b.part.stop) for b in self.blocks if b.shared])
+            self.shared.finish([(b.part.base, b.part.stop) for b in self.blocks if b.shared],
+                               twice=any(b.attempts for b in self.blocks))      # (see ``SharedRun.close``)
         except BaseException:
             self._cancel()
             self._release()

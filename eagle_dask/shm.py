@@ -57,7 +57,7 @@ import weakref
 
 import numpy as np
 
-from eagle.rows import n_rows, row_span
+from eagle.rows import row_span
 
 #: where segments live (a tmpfs on Linux)
 SHM_DIR = "/dev/shm"
@@ -116,6 +116,16 @@ def host_id() -> str:
 # -- segments ----------------------------------------------------------------------------------
 #: a segment as the driver made it: what a worker checks an open by name against
 SegmentId = collections.namedtuple("SegmentId", ["name", "dev", "ino", "size", "uid"])
+
+
+#: a plane's place in an arena (``eagle_dask.arena``): its segment, offset and bytes
+Region = collections.namedtuple("Region", ["seg", "offset", "nbytes"])
+#: a worker's arena mappings, kept across runs: ``{driver prefix: (SegmentId, mmap)}``
+_ARENAS = {}
+_ARENAS_LOCK = threading.Lock()
+#: the segments this process opened by name (a debugging record; ``opened`` also counts the
+#: blocks that used an arena mapped before)
+OPENS = collections.deque(maxlen=1024)
 
 
 class ForeignSegment(RuntimeError):
@@ -193,6 +203,7 @@ def _map(seg):
         if why is not None:
             raise _refused(path, why)
         OPENED.append(seg.name)
+        OPENS.append(seg.name)
         return mmap.mmap(fd, seg.size)
     finally:
         os.close(fd)
@@ -205,6 +216,45 @@ def open_segment(seg, dtype, shape):
         raise ValueError(f"a plane of shape {tuple(shape)} and dtype {np.dtype(dtype)} does not fit "
                          f"segment {seg.name} ({seg.size} bytes)")
     return _view(_map(seg), dtype, shape)
+
+
+def opens():
+    return list(OPENS)
+
+
+def arena_map(seg):
+    """A worker's mapping of the arena ``seg``: kept across runs, opened and checked (``_map``)
+    when its id is new to this process; the mapping of the arena it replaced (the same driver),
+    and of arenas whose name is gone (retired, their driver ended), dropped."""
+    driver = seg.name.rsplit("-", 1)[0]
+    with _ARENAS_LOCK:
+        known = _ARENAS.get(driver)
+    if known is not None and known[0] == seg:
+        OPENED.append(seg.name)
+        return known[1]
+    buf = _map(seg)
+    with _ARENAS_LOCK:
+        _ARENAS[driver] = (seg, buf)
+        for other, (old, _) in list(_ARENAS.items()):
+            if other != driver and not os.path.lexists(os.path.join(SHM_DIR, old.name)):
+                del _ARENAS[other]          # a block still running keeps its own views
+    return buf
+
+
+def arenas_mapped() -> list:
+    """The arenas this worker keeps mapped (names)."""
+    with _ARENAS_LOCK:
+        return sorted(seg.name for seg, _ in _ARENAS.values())
+
+
+def region_view(buf, region, dtype, shape):
+    """The plane of ``dtype`` and ``shape`` at ``region`` of the mapping ``buf``."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    if nbytes > region.nbytes or region.offset < 0 or region.offset + region.nbytes > region.seg.size:
+        raise ValueError(f"a plane of shape {tuple(shape)} and dtype {np.dtype(dtype)} does not fit region "
+                         f"[{region.offset}, +{region.nbytes}) of segment {region.seg.name} ({region.seg.size} bytes)")
+    count = nbytes // np.dtype(dtype).itemsize
+    return np.frombuffer(buf, dtype=dtype, count=count, offset=region.offset).reshape(shape)
 
 
 class Segments:
@@ -223,6 +273,10 @@ class Segments:
         if data is not None:
             np.copyto(view, data)
         return seg, view
+
+    def put(self, shape, dtype, data=None):
+        """``new``, for ``eagle_dask.shared_run``: (its ``SegmentId``, the driver's view)."""
+        return self.new(shape, dtype, data)
 
     def close(self):
         for path in self.paths:
@@ -262,13 +316,20 @@ class SharedPlanes:
         if host_id() != self.host:
             raise Elsewhere("this block's planes are in shared memory on the driver's host, and this worker "
                             "runs on another one")
-        maps = {}
+        mapped, maps = {}, {}
+
+        def view(ref, dtype, shape):
+            region = ref if isinstance(ref, Region) else Region(ref, 0, ref.size)
+            if region.seg not in mapped:
+                mapped[region.seg] = arena_map(region.seg) if isinstance(ref, Region) else _map(region.seg)
+            return region_view(mapped[region.seg], region, dtype, shape)
+
         for seg_in, seg_out, dtype, shape, _, _ in self.planes.values():
-            for seg in (seg_in, seg_out):
-                if seg is not None and seg not in maps:
-                    maps[seg] = open_segment(seg, dtype, shape)
-        block = MappedBlock(start, stop, {cell: (seg, open_segment(seg, np.float64, (total, 2)))
-                                          for cell, (seg, total) in self.rows.items()})
+            for ref in (seg_in, seg_out):
+                if ref is not None and ref not in maps:
+                    maps[ref] = view(ref, dtype, shape)
+        block = MappedBlock(start, stop, {cell: (ref, view(ref, np.float64, (total, 2)))
+                                          for cell, (ref, total) in self.rows.items()})
         for name, (seg_in, seg_out, _, _, is_sliced, fresh) in self.planes.items():
             src = maps[seg_in] if seg_in is not None else None
             if seg_out is None:
@@ -304,85 +365,6 @@ class MappedBlock:
                 raise RuntimeError(f"cell {cell!r}: samples [{start}, {stop}) gave row partials of shape "
                                    f"{got.shape}, not ({r1 - r0}, 2)")
             view[r0:r1] = got                   # never ``seg`` opened by name again
-
-
-class SharedRun:
-    """The driver's side of one run's planes in shared memory: which workers share this host
-    (``LocalWorkers``, asked for ``addresses``), the segments created at the first block sent to
-    one of them (``for_block``); ``finish`` copies the written shares back into the caller's
-    planes; ``close`` unlinks every segment."""
-
-    def __init__(self, client, addresses, bound, sliced, whole, fresh, outputs, sliceable, cells=()):
-        self.client = client
-        self.local = LocalWorkers.of(client, sorted(set(addresses)))
-        self.bound, self.sliced, self.whole, self.fresh = bound, sliced, whole, fresh
-        self.outputs, self.sliceable, self.cells = outputs, sliceable, tuple(cells)
-        self.segments = None
-        self.planes = None
-        self.failed = False          # /dev/shm could not hold the planes: every block takes the messages
-        self.rows = {}
-        self.views = {}
-        self.row_views = {}
-        self.host = host_id()
-
-    def _build(self):
-        seg, planes = Segments(), {}
-        self.segments = seg
-        for name, v in {**self.sliced, **self.whole}.items():
-            v = np.asarray(v)
-            seg_in, _ = seg.new(v.shape, v.dtype, v)
-            seg_out = None
-            if name in self.outputs:
-                seg_out, self.views[name] = seg.new(v.shape, v.dtype)
-            planes[name] = (seg_in, seg_out, v.dtype.str, v.shape, name in self.sliced, False)
-        for name in self.fresh:
-            target = self.bound.values[name]
-            seg_out, view = seg.new(target.shape, target.dtype)
-            self.bound.values[name] = view                      # the result is the segment itself
-            planes[name] = (None, seg_out, target.dtype.str, target.shape, True, True)
-        total = n_rows(self.bound.n)
-        for cell in self.cells:
-            rows_seg, self.row_views[cell] = seg.new((total, 2), np.float64)
-            self.rows[cell] = (rows_seg, total)
-        self.planes = planes
-
-    def for_block(self, address, remote=False):
-        """The ``SharedPlanes`` of a block sent to ``address`` (segments made at the first call),
-        or None when it takes the messages: ``remote`` (it ran on another host before), a worker
-        of another host, or a ``/dev/shm`` that cannot hold the planes."""
-        if remote:
-            return None
-        if address not in self.local:
-            self.local |= LocalWorkers.of(self.client, [address])      # a worker that joined since
-            if address not in self.local:
-                return None
-        if self.planes is None:
-            try:
-                self._build()
-            except OSError:
-                self.close()
-                self.planes, self.failed = {}, True
-                return None
-        if self.failed:
-            return None
-        planes = {k: (a, b, d, s, sl and k in self.sliceable, f) for k, (a, b, d, s, sl, f) in self.planes.items()}
-        return SharedPlanes(self.host, planes, self.rows)
-
-    def rows_of(self, start, stop):
-        """The row partials a finished block of samples ``[start, stop)`` wrote (copies)."""
-        r0, r1 = row_span(start, stop)
-        return {cell: view[r0:r1].copy() for cell, view in self.row_views.items()}
-
-    def finish(self, parts):
-        """Copy the shares ``parts`` ([(start, stop)]) written in the segments into the caller's planes."""
-        for name, view in self.views.items():
-            target = self.bound.values[name]
-            for a, b in parts:
-                target[a:b] = view[a:b]
-
-    def close(self):
-        if self.segments is not None:
-            self.segments.close()
 
 
 # -- which workers share the driver's host -----------------------------------------------------

@@ -1,0 +1,167 @@
+"""The driver's arena (``eagle_dask.arena``): a run's planes carved from one segment kept across
+runs, mapped once by every worker of the host.
+
+The allocator hands out aligned regions that never overlap and takes them back; two runs of
+the same size reuse the arena (no worker opens it again), a larger run grows it (a new segment,
+the old one unlinked, every worker maps and checks the new one); a run's results are copies out
+of the arena, untouched by the next run; a worker refuses an arena id that does not match the
+file under its name.  Bits are those of one process (``HostTeam``) throughout.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+
+import eagle  # noqa: E402
+import eagle.exec as eexec  # noqa: E402
+from eagle import plan as eplan  # noqa: E402
+from eagle.models import oscillator  # noqa: E402
+from eagle_dask import DaskPartition, arena, shm  # noqa: E402
+from tests import kernels as K  # noqa: E402
+from tests.launch import local_client  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not shm.enabled(), reason="no writable /dev/shm")
+
+
+def ours():
+    mine = f"{shm.PREFIX}{os.getpid()}-"
+    return sorted(f for f in os.listdir(shm.SHM_DIR) if f.startswith(mine))
+
+
+@pytest.fixture(autouse=True)
+def fresh_arena(monkeypatch):
+    monkeypatch.setenv("EAGLE_DASK_ARENA", "1")
+    arena.close_arena()
+    yield
+    arena.close_arena()
+    assert ours() == []
+
+
+@pytest.fixture(scope="module")
+def client():
+    with local_client(3) as c:
+        yield c
+
+
+def on(client, k):
+    names = [r.name for r in DaskPartition.on(client).ranks(gpus=False).values()][:k]
+    return DaskPartition.on(client, workers=names, progress=False)
+
+
+def opens(client):
+    """{worker: segments it opened by name} since the last ``clear``."""
+    return client.run(shm.opens)
+
+
+def clear(client):
+    client.run(shm.OPENS.clear)
+
+
+# -- the allocator ---------------------------------------------------------------------------------
+def test_regions_are_aligned_disjoint_and_given_back():
+    sizes = [0, 1, 63, 64, 65, 8 * 1000, 3 * 8 * 31, 12345]
+    a, offsets = arena.reserve(sizes)
+    try:
+        spans = sorted(zip(offsets, sizes))
+        for (o1, s1), (o2, _) in zip(spans, spans[1:]):
+            assert o1 + max(s1, 1) <= o2, f"regions [{o1}, +{s1}) and [{o2}, ...) overlap"
+        assert all(o % 64 == 0 for o in offsets), offsets
+        assert max(o + s for o, s in spans) <= a.size
+        # every region written with its own byte: each reads back whole
+        for i, (o, s) in enumerate(zip(offsets, sizes)):
+            a.view(o, np.uint8, (s,))[:] = i
+        for i, (o, s) in enumerate(zip(offsets, sizes)):
+            assert np.all(a.view(o, np.uint8, (s,)) == i), f"region {i} overwritten"
+        assert arena.in_use() == sum(max(-(-s // 64) * 64, 64) for s in sizes)
+        b, again = arena.reserve([a.size // 2])            # fits beside the first run's regions
+        assert b is a and not set(again) & set(offsets)
+        arena.release(b, [(again[0], a.size // 2)], True)
+    finally:
+        arena.release(a, list(zip(offsets, sizes)), True)
+    assert arena.in_use() == 0
+    assert a.free == [[0, a.size]], "the spans given back were not merged"
+    c, whole = arena.reserve([a.size])                      # all of it, in one piece
+    assert c is a and whole == [0]
+    arena.release(c, [(0, a.size)], True)
+
+
+def test_an_unclean_run_retires_the_arena_and_a_larger_one_grows_it():
+    a, offs = arena.reserve([1000])
+    name = a.seg.name
+    assert ours() == [name] and os.stat(os.path.join(shm.SHM_DIR, name)).st_mode & 0o777 == 0o600
+    b, offs_b = arena.reserve([4 * a.size])                 # does not fit: a new, larger arena
+    assert b is not a and b.size >= 4 * a.size and arena.current() == b.seg
+    assert os.path.exists(os.path.join(shm.SHM_DIR, name)), "unlinked while a run held regions in it"
+    arena.release(a, [(offs[0], 1000)], True)
+    assert ours() == [b.seg.name], "the replaced arena was not unlinked when its last run ended"
+    arena.release(b, [(offs_b[0], 4 * a.size)], False)      # a run that raised: never reused
+    assert ours() == [] and arena.current() is None
+    c, offs_c = arena.reserve([100])                         # no run holds it when it is replaced:
+    arena.release(c, [(offs_c[0], 100)], True)
+    d, offs_d = arena.reserve([4 * c.size])
+    assert d is not c and ours() == [d.seg.name], "a replaced arena no run held was not unlinked at once"
+    arena.release(d, [(offs_d[0], 4 * c.size)], True)
+    assert ours() == [d.seg.name] and arena.in_use() == 0 and arena.current() == d.seg
+
+
+def test_a_worker_checks_every_new_arena_id():
+    """The cached mapping serves the same id only; another id under a known name is opened and
+    checked again (a wrong inode refused), and the mapping of a replaced arena is dropped."""
+    a, _ = arena.reserve([1000])
+    try:
+        assert shm.arena_map(a.seg) is shm.arena_map(a.seg)
+        forged = a.seg._replace(ino=a.seg.ino + 1)
+        with pytest.raises(shm.ForeignSegment, match="another inode"):
+            shm.arena_map(forged)
+        with pytest.raises(shm.ForeignSegment, match=r"holds \d+ bytes"):
+            shm.arena_map(a.seg._replace(size=a.seg.size * 2))
+        b, _ = arena.reserve([8 * a.size])         # grown while a run still holds the old one
+        assert os.path.exists(os.path.join(shm.SHM_DIR, a.seg.name))
+        shm.arena_map(b.seg)
+        assert shm.arenas_mapped() == [b.seg.name], "the replaced arena is still mapped"
+        arena.release(b, [], False)
+    finally:
+        arena.release(a, [], False)
+
+
+# -- through a cluster -----------------------------------------------------------------------------
+def test_the_same_size_reuses_the_arena_and_a_larger_run_grows_it(client):
+    plugin = eagle.deploy(oscillator)
+    p = eplan.plan(plugin, structure=on(client, 3))
+    one = eplan.plan(plugin, structure=eexec.HostTeam)
+    clear(client)
+    seen = []
+    for n, seed in ((20_000, 1), (20_000, 2), (200_000, 3), (20_000, 4), (31, 5), (0, 6)):
+        d = K.inputs("oscillator", n, seed=seed)
+        got = K.as_dict(plugin, p.run(**{k: np.copy(v) for k, v in d.items()}))
+        want = K.as_dict(plugin, one.run(**{k: np.copy(v) for k, v in d.items()}))
+        assert K.same_bits(want, got), f"n={n}: not the bits of one process"
+        assert arena.in_use() == 0, f"n={n}: regions not given back"
+        seen.append(arena.current())
+    assert seen[0] == seen[1], "a second run of the same size made a new arena"
+    assert seen[2] != seen[1] and seen[2].size > seen[1].size, "a larger run did not grow the arena"
+    assert seen[3] == seen[4] == seen[2], "runs after growing did not reuse the grown arena"
+    assert ours() == [seen[2].name], "the replaced arena is still in /dev/shm"
+    opened = opens(client)
+    for worker, names in opened.items():
+        assert sorted(set(names)) == sorted({seen[0].name, seen[2].name}) and len(names) == 2, \
+            f"{worker} opened {names}: each arena once"
+    for worker, names in client.run(shm.arenas_mapped).items():
+        assert names == [seen[2].name], f"{worker} keeps {names} mapped"
+
+
+@pytest.mark.parametrize("name", ["vectors", "halvings", "reductions", "stencil"])
+def test_results_are_not_views_of_the_arena(client, name):
+    """The arrays a run returns keep their bits while later runs reuse the arena's regions."""
+    plugin = eagle.deploy(K.CASES[name][0])
+    p = eplan.plan(plugin, structure=on(client, 2))
+    first = K.as_dict(plugin, p.run(**K.inputs(name, 4000)))
+    kept = {k: np.copy(v) for k, v in first.items()}
+    assert K.same_bits(K.one_process(name, 4000), kept)
+    for seed in (2, 3):
+        p.run(**K.inputs(name, 4000, seed=seed))
+    assert K.same_bits(kept, first), f"{name}: a result changed under a later run"
