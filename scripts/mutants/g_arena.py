@@ -39,4 +39,11 @@ MUTANTS = [
      "new": "            if arena is not None:\n                arena.retired = True\n",
      "tests": ["tests/test_dask_arena.py::test_an_unclean_run_retires_the_arena_and_a_larger_one_grows_it"],
      "timeout": 300},
+    {"name": "a run whose block ran twice gives its regions back (a stale block may write into the next run's)",
+     "path": "eagle_dask/eager.py",
+     "old": "twice=any(b.attempts for b in self.blocks))",
+     "new": "twice=False)",
+     "tests": ["tests/test_dask_shm.py::test_a_worker_on_another_host_in_the_same_run[arena]",
+               "tests/test_dask_shm.py::test_raised_and_killed_worker_leave_nothing[arena]"],
+     "timeout": 600},
 ]
