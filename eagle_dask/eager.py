@@ -48,7 +48,7 @@ from .progress import end_progress, show_progress
 from .ranks import worker_ranks
 from .send import scatter_everywhere
 from .shared_run import SharedRun
-from .shm import Elsewhere
+from .shm import Elsewhere, StartedBefore
 from .tables import lost, shared
 from .task import PluginRef, run_block
 
@@ -477,6 +477,8 @@ def rows_by_cell(plugin, rows_of):
 def _transport(run, b, address):
     """(sliced planes, scattered whole planes, Outs to allocate, SharedPlanes or None) of block
     ``b`` of ``run`` sent to ``address``."""
+    if b.attempts and b.shared:         # sent again after a try in shared memory: its share restored first
+        run.shared.restore(b.part.base, b.part.stop)
     shared = run.shared.for_block(address, b.remote)
     b.shared = shared is not None
     if b.shared:
@@ -488,10 +490,12 @@ def _transport(run, b, address):
 
 
 def _elsewhere(run, b):
-    """A shared-memory block the scheduler ran on another host: sent again through the messages."""
-    if not b.shared or not isinstance(b.future.exception(), Elsewhere):
+    """A shared-memory block the scheduler ran on another host: sent again through the messages;
+    or ran again after its worker was lost (``StartedBefore``): restored and sent again."""
+    exc = b.future.exception()
+    if not b.shared or not isinstance(exc, (Elsewhere, StartedBefore)):
         return False
-    b.remote = True
+    b.remote = isinstance(exc, Elsewhere)
     run._again(b)
     run._resubmitted.append(b)
     return True

@@ -4,6 +4,14 @@ The planes are carved from the driver's arena (``eagle_dask.arena``) or, with
 ``EAGLE_DASK_ARENA=0``, put in fresh segments of their own (``eagle_dask.shm.Segments``); the
 workers map either the same way, checked.  With the arena a fresh ``Out`` is copied out of it
 when the run ends (its region is the next run's); with fresh segments it is a view of its segment.
+
+A ``Mutable`` or a supplied ``Out`` must start a block run again from its initial values.  With
+fresh segments they are staged (a second segment holds them; the worker copies its share out).
+In the arena they have one region, written in place, and the caller's array -- untouched until
+the run ends -- is the original: a block records that it started (one byte per run, at its first
+sample); started again (the scheduler reran it after its worker was lost) it refuses
+(``StartedBefore``), and the driver copies the block's share back from the caller's array
+(``restore``) before it sends the block again, as before every rerun it decides itself.
 """
 from __future__ import annotations
 
@@ -34,16 +42,24 @@ class SharedRun:
         self.fresh_views = {}
         self.row_views = {}
         self.clean = False           # the run returned and no block of it ran twice (``finish``)
+        self.started = None          # (Region, n) of the blocks' started flags, (Region, view) on the driver
+        self.in_place = {}           # Mutables and supplied Outs written in place in the arena: their views
         self.host = host_id()
 
     def _specs(self):
         """What the run places, in order: (what, name, shape, dtype, data)."""
-        specs = []
+        specs, staged = [], not arena.enabled()
         for name, v in {**self.sliced, **self.whole}.items():
             v = np.asarray(v)
+            if name in self.outputs and not staged:
+                specs.append(("inout", name, v.shape, v.dtype, v))      # one region, run in place
+                continue
             specs.append(("in", name, v.shape, v.dtype, v))
             if name in self.outputs:
                 specs.append(("out", name, v.shape, v.dtype, None))     # Mutables and supplied Outs: staged
+        if any(s[0] == "inout" for s in specs):
+            n = max(self.bound.n, 1)
+            specs.append(("started", "", (n,), np.dtype(np.uint8), np.zeros(n, np.uint8)))
         for name in self.fresh:
             target = self.bound.values[name]
             specs.append(("fresh", name, target.shape, target.dtype, None))
@@ -66,6 +82,11 @@ class SharedRun:
             elif what == "out":
                 planes[name] = planes[name][:1] + (ref,) + planes[name][2:]
                 self.views[name] = view
+            elif what == "inout":
+                planes[name] = (None, ref, np.dtype(dtype).str, shape, name in self.sliced, False)
+                self.views[name] = self.in_place[name] = view
+            elif what == "started":
+                self.started = ((ref, shape[0]), view)
             elif what == "fresh":
                 self.bound.values[name] = self.fresh_views[name] = view      # blocks sent as messages land here
                 planes[name] = (None, ref, np.dtype(dtype).str, shape, True, True)
@@ -94,7 +115,15 @@ class SharedRun:
         if self.failed:
             return None
         planes = {k: (a, b, d, s, sl and k in self.sliceable, f) for k, (a, b, d, s, sl, f) in self.planes.items()}
-        return SharedPlanes(self.host, planes, self.rows)
+        return SharedPlanes(self.host, planes, self.rows, self.started and self.started[0])
+
+    def restore(self, start, stop):
+        """Before block ``[start, stop)`` runs again: its share of the in-place planes copied back
+        from the caller's arrays (their initial values), its started flag cleared."""
+        for name, view in self.in_place.items():
+            view[start:stop] = self.bound.values[name][start:stop]
+        if self.started is not None and stop > start:
+            self.started[1][start] = 0
 
     def rows_of(self, start, stop):
         """The row partials a finished block of samples ``[start, stop)`` wrote (copies)."""

@@ -20,6 +20,15 @@ plane through POSIX shared memory instead of the task's messages:
   once the block's task has finished -- so a block on the driver's host is never fetched from
   its worker (a round trip per block).
 
+That is the path of fresh segments (``EAGLE_DASK_ARENA=0``).  By default the planes are regions
+of the driver's arena instead (``eagle_dask.arena``: one segment kept across runs): a task
+carries ``Region``s (the arena's ``SegmentId``, an offset and a size); a worker keeps the arena
+mapped across runs (``arena_map``: opened by name and checked only when its id is new), the
+fresh ``Out``s are copied out of it when the run ends, and a ``Mutable`` or a supplied ``Out``
+has one region, run in place, with no staged copy: a block records at its first sample that it
+started, and started again it refuses (``StartedBefore``) until the driver has restored its share
+from the caller's arrays (``eagle_dask.shared_run``).
+
 A block maps every segment it needs when it starts (``SharedPlanes.open``, all of them before
 it writes a byte) and keeps those mappings until it returns: it never opens a name again.  An
 open by name is ``O_NOFOLLOW`` and checked with ``fstat`` against what the driver recorded --
@@ -88,6 +97,11 @@ def live() -> list:
 
 class Elsewhere(RuntimeError):
     """A block given shared-memory planes ran on a worker of another host."""
+
+
+class StartedBefore(RuntimeError):
+    """A block whose Mutables are written in place in the arena started before (the scheduler ran
+    it again after its worker was lost): its share must be restored by the driver first."""
 
 
 def enabled() -> bool:
@@ -298,16 +312,16 @@ class SharedPlanes:
     None, dtype, shape, sliced, fresh)``, and ``rows[cell] = (segment, rows of the run)``, each
     segment a ``SegmentId``; plain data, a few hundred bytes."""
 
-    __slots__ = ("host", "planes", "rows")
+    __slots__ = ("host", "planes", "rows", "started")
 
-    def __init__(self, host, planes, rows=None):
-        self.host, self.planes, self.rows = host, planes, rows or {}
+    def __init__(self, host, planes, rows=None, started=None):
+        self.host, self.planes, self.rows, self.started = host, planes, rows or {}, started
 
     def __getstate__(self):
-        return (self.host, self.planes, self.rows)
+        return (self.host, self.planes, self.rows, self.started)
 
     def __setstate__(self, state):
-        self.host, self.planes, self.rows = state
+        self.host, self.planes, self.rows, self.started = state
 
     def open(self, start, stop):
         """On the worker: the block of samples ``[start, stop)`` with every segment mapped (a
@@ -330,6 +344,12 @@ class SharedPlanes:
                     maps[ref] = view(ref, dtype, shape)
         block = MappedBlock(start, stop, {cell: (ref, view(ref, np.float64, (total, 2)))
                                           for cell, (ref, total) in self.rows.items()})
+        if self.started is not None:            # Mutables written in place, not staged: first start only
+            flags = view(self.started[0], np.uint8, (self.started[1],))
+            if flags[start]:
+                raise StartedBefore(f"the block of samples [{start}, {stop}) started before and its Mutables were "
+                                    "written in place: the driver restores its share and sends it again")
+            flags[start] = 1
         for name, (seg_in, seg_out, _, _, is_sliced, fresh) in self.planes.items():
             src = maps[seg_in] if seg_in is not None else None
             if seg_out is None:
@@ -338,7 +358,7 @@ class SharedPlanes:
             out = maps[seg_out]
             if fresh:
                 out[start:stop] = 0
-            else:
+            elif src is not None:               # staged; else the region holds the initial values itself
                 out[start:stop] = src[start:stop]
             block.in_place[name] = out[start:stop] if is_sliced else out
         return block

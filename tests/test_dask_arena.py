@@ -10,6 +10,7 @@ file under its name.  Bits are those of one process (``HostTeam``) throughout.
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,6 +22,8 @@ import eagle.exec as eexec  # noqa: E402
 from eagle import plan as eplan  # noqa: E402
 from eagle.models import oscillator  # noqa: E402
 from eagle_dask import DaskPartition, arena, shm  # noqa: E402
+from eagle_dask.shared_run import SharedRun  # noqa: E402
+from eagle_dask.task import run_block  # noqa: E402
 from tests import kernels as K  # noqa: E402
 from tests.launch import local_client  # noqa: E402
 
@@ -126,6 +129,46 @@ def test_a_worker_checks_every_new_arena_id():
         arena.release(b, [], False)
     finally:
         arena.release(a, [], False)
+
+
+class _Client:
+    """A client for a ``SharedRun`` asked about no worker (any weak-referenceable object)."""
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["arena", "fresh"])
+def test_a_block_started_twice_is_refused_until_its_share_is_restored(monkeypatch, on):
+    """Mutables run in place in the arena (no staged copy of them): a block run a second time (as
+    the scheduler does after its worker was lost) refuses before it writes, and once the driver
+    restores its share from the caller's untouched arrays it gives the bits of one process.  With
+    fresh segments the Mutables are staged and a second start is harmless."""
+    monkeypatch.setenv("EAGLE_DASK_ARENA", "1" if on else "0")
+    plugin = eagle.deploy(oscillator)
+    n, params = 1000, {"dt": 1e-3, "steps": 300}
+    omega = np.linspace(0.5, 2.0, n)
+    x, v = np.ones(n), np.zeros(n)
+    bound = SimpleNamespace(values={"omega": omega, "x": x, "v": v}, n=n)
+    run = SharedRun(_Client(), [], bound, {"omega": omega, "x": x, "v": v}, {}, {}, {"x", "v"},
+                    plugin.sliceable, plugin.cells)
+    run.local = {"here"}
+    shared = run.for_block("here")
+    assert (shared.planes["x"][0] is None) == on, "the Mutable is staged (arena) or not (fresh segments)"
+    go = lambda a, b: run_block(plugin, eexec.HostTeam, 0, a, b, n, {}, {}, params, {}, shared=shared)  # noqa: E731
+    parts = [(0, 512), (512, 1000)]
+    try:
+        for a, b in parts:
+            go(a, b)
+        assert np.array_equal(x, np.ones(n)) and np.array_equal(v, np.zeros(n)), "the caller's arrays changed"
+        if on:
+            with pytest.raises(shm.StartedBefore, match=r"samples \[0, 512\) started before"):
+                go(0, 512)
+            run.restore(0, 512)
+        go(0, 512)
+        run.finish(parts)
+    finally:
+        run.close()
+    want = eplan.plan(plugin, structure=eexec.HostTeam).run(omega=omega, x=np.ones(n), v=np.zeros(n), **params)
+    want = K.as_dict(plugin, want)
+    assert K.same_bits({"x": want["x"], "v": want["v"]}, {"x": x, "v": v})
 
 
 # -- through a cluster -----------------------------------------------------------------------------
