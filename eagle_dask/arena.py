@@ -21,6 +21,7 @@ so a second run touches pages every process has already faulted in.
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 
 import numpy as np
@@ -142,11 +143,19 @@ def current():
 
 class ArenaRun:
     """One run's regions in the arena, reserved at once: ``put`` hands them out in the order of
-    ``sizes`` (a ``Region`` and the driver's view); ``close(clean)`` gives them back."""
+    ``sizes`` (a ``Region`` and the driver's view); ``close(clean)`` gives them back.  ``lease``:
+    (a region of its own, a random token written there) -- a block checks the token before it
+    touches the run's regions, and ``close`` clears it first, so a block of this run that the
+    scheduler starts again after the run ended (its finished result lost with a worker) refuses
+    instead of writing into regions a later run holds."""
 
     def __init__(self, sizes):
-        self.sizes = list(sizes)
+        self.sizes = list(sizes) + [8]
         self.arena, self.offsets = reserve(self.sizes)
+        token = secrets.randbits(63) | 1
+        self.token_view = self.arena.view(self.offsets[-1], np.int64, (1,))
+        self.token_view[0] = token
+        self.lease = (Region(self.arena.seg, self.offsets[-1], aligned(8)), token)
         self.taken = 0
         self.closed = False
 
@@ -162,6 +171,7 @@ class ArenaRun:
     def close(self, clean=False):
         if not self.closed:
             self.closed = True
+            self.token_view[0] = 0
             release(self.arena, list(zip(self.offsets, self.sizes)), clean)
 
 

@@ -115,7 +115,8 @@ class SharedRun:
         if self.failed:
             return None
         planes = {k: (a, b, d, s, sl and k in self.sliceable, f) for k, (a, b, d, s, sl, f) in self.planes.items()}
-        return SharedPlanes(self.host, planes, self.rows, self.started and self.started[0])
+        return SharedPlanes(self.host, planes, self.rows, self.started and self.started[0],
+                            getattr(self.segments, "lease", None))
 
     def restore(self, start, stop):
         """Before block ``[start, stop)`` runs again: its share of the in-place planes copied back

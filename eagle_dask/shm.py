@@ -99,6 +99,11 @@ class Elsewhere(RuntimeError):
     """A block given shared-memory planes ran on a worker of another host."""
 
 
+class RunEnded(RuntimeError):
+    """A block of a run that ended started (the scheduler ran it again): its regions of the
+    arena may be a later run's, and it touches none of them."""
+
+
 class StartedBefore(RuntimeError):
     """A block whose Mutables are written in place in the arena started before (the scheduler ran
     it again after its worker was lost): its share must be restored by the driver first."""
@@ -312,16 +317,16 @@ class SharedPlanes:
     None, dtype, shape, sliced, fresh)``, and ``rows[cell] = (segment, rows of the run)``, each
     segment a ``SegmentId``; plain data, a few hundred bytes."""
 
-    __slots__ = ("host", "planes", "rows", "started")
+    __slots__ = ("host", "planes", "rows", "started", "lease")
 
-    def __init__(self, host, planes, rows=None, started=None):
-        self.host, self.planes, self.rows, self.started = host, planes, rows or {}, started
+    def __init__(self, host, planes, rows=None, started=None, lease=None):
+        self.host, self.planes, self.rows, self.started, self.lease = host, planes, rows or {}, started, lease
 
     def __getstate__(self):
-        return (self.host, self.planes, self.rows, self.started)
+        return (self.host, self.planes, self.rows, self.started, self.lease)
 
     def __setstate__(self, state):
-        self.host, self.planes, self.rows, self.started = state
+        self.host, self.planes, self.rows, self.started, self.lease = state
 
     def open(self, start, stop):
         """On the worker: the block of samples ``[start, stop)`` with every segment mapped (a
@@ -344,6 +349,9 @@ class SharedPlanes:
                     maps[ref] = view(ref, dtype, shape)
         block = MappedBlock(start, stop, {cell: (ref, view(ref, np.float64, (total, 2)))
                                           for cell, (ref, total) in self.rows.items()})
+        if self.lease is not None and int(view(self.lease[0], np.int64, (1,))[0]) != self.lease[1]:
+            raise RunEnded(f"the block of samples [{start}, {stop}) belongs to a run that has ended: it reads and "
+                           "writes nothing (its regions of the arena may be another run's)")
         if self.started is not None:            # Mutables written in place, not staged: first start only
             flags = view(self.started[0], np.uint8, (self.started[1],))
             if flags[start]:

@@ -171,6 +171,33 @@ def test_a_block_started_twice_is_refused_until_its_share_is_restored(monkeypatc
     assert K.same_bits({"x": want["x"], "v": want["v"]}, {"x": x, "v": v})
 
 
+def test_a_block_of_a_run_that_ended_touches_nothing(monkeypatch):
+    """The scheduler may start a block again after its run returned (its result lost with a
+    worker): the run's regions are a later run's by then, and the block refuses before it reads
+    or writes a byte of them."""
+    plugin = eagle.deploy(oscillator)
+    n, params = 256, {"dt": 1e-3, "steps": 10}
+    d = {"omega": np.linspace(0.5, 2.0, n), "x": np.ones(n), "v": np.zeros(n)}
+    bound = SimpleNamespace(values=dict(d), n=n)
+    run = SharedRun(_Client(), [], bound, dict(d), {}, {}, {"x", "v"}, plugin.sliceable, plugin.cells)
+    run.local = {"here"}
+    shared = run.for_block("here")
+    run_block(plugin, eexec.HostTeam, 0, 0, n, n, {}, {}, params, {}, shared=shared)
+    run.finish([(0, n)])
+    run.close()
+    with pytest.raises(shm.RunEnded):                          # at once: its lease is cleared
+        run_block(plugin, eexec.HostTeam, 0, 0, n, n, {}, {}, params, {}, shared=shared)
+    later = arena.ArenaRun([arena.in_use() + (1 << 16)])        # the next run: the same regions
+    try:
+        ref, mine = later.put((1 << 16,), np.uint8, np.full(1 << 16, 7, np.uint8))
+        assert ref.offset == 0
+        with pytest.raises(shm.RunEnded, match=r"samples \[0, 256\) belongs to a run that has ended"):
+            run_block(plugin, eexec.HostTeam, 0, 0, n, n, {}, {}, params, {}, shared=shared)
+        assert np.all(mine == 7), "the block of the ended run wrote into the next run's region"
+    finally:
+        later.close(True)
+
+
 # -- through a cluster -----------------------------------------------------------------------------
 def test_the_same_size_reuses_the_arena_and_a_larger_run_grows_it(client):
     plugin = eagle.deploy(oscillator)
