@@ -12,6 +12,8 @@ sample is a walker absorbed at random: each step it is absorbed with probability
   worker's half: run_until_done with its rounds (each round's shares cut over the samples that
   remain: rebalanced) against one round with the whole budget (``round_steps=max_steps``: not
   rebalanced, the first worker steps the whole tail); the median of each and their ratio.
+  Then the same with the planes as dask arrays of two chunks (the tail in the first): the state
+  stays on the workers, the time includes fetching the planes and steps to the driver.
 """
 from __future__ import annotations
 
@@ -91,8 +93,29 @@ def host(n, repeats, rng):
     return statistics.median(times["until_done"]), statistics.median(times["while"]), same
 
 
-def dask(n, repeats, rng):
-    """(median rebalanced s, median one-round s, same planes)."""
+def _lazy(client, p, n):
+    """``p``'s planes as dask arrays of two chunks, scattered to the workers (not in a graph)."""
+    import dask.array as da
+    half = max(n // 2, 1)
+
+    def on_cluster(v):
+        pieces = [v[lo:lo + half] for lo in range(0, n, half)]
+        return da.concatenate([da.from_delayed(f, shape=x.shape, dtype=x.dtype)
+                               for f, x in zip(client.scatter(pieces), pieces)])
+    return {k: (on_cluster(v) if isinstance(v, np.ndarray) else v) for k, v in p.items()}
+
+
+def _fetched(run, lazy):
+    """``run()``'s result with its x plane and steps as numpy (fetched from the cluster when lazy)."""
+    r = run()
+    if lazy:
+        import dask
+        return dask.compute(r.planes["x"], r.steps)
+    return r.planes["x"], r.steps
+
+
+def dask(n, repeats, rng, lazy=False):
+    """(median rebalanced s, median one-round s, same planes); ``lazy``: dask planes."""
     import eagle_dask
     from eagle_dask import DaskPartition
     client = eagle_dask.local_cluster(n_workers=2, threads_per_worker=1)
@@ -104,11 +127,14 @@ def dask(n, repeats, rng):
         for _ in range(repeats):
             base = planes(n, rng, tail_in_first_half=True)
             copy = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in base.items()}
-            dt, a = timed(lambda: p.run_until_done(max_steps=MAX_STEPS, **base))
+            if lazy:
+                base, copy = _lazy(client, base, n), _lazy(client, copy, n)
+            dt, a = timed(lambda: _fetched(lambda: p.run_until_done(max_steps=MAX_STEPS, **base), lazy))
             times["rebalanced"].append(dt)
-            dt, b = timed(lambda: p.run_until_done(max_steps=MAX_STEPS, round_steps=MAX_STEPS, **copy))
+            dt, b = timed(lambda: _fetched(lambda: p.run_until_done(max_steps=MAX_STEPS, round_steps=MAX_STEPS,
+                                                                    **copy), lazy))
             times["one round"].append(dt)
-            same &= a.planes["x"].tobytes() == b.planes["x"].tobytes() and np.array_equal(a.steps, b.steps)
+            same &= a[0].tobytes() == b[0].tobytes() and np.array_equal(a[1], b[1])
         return statistics.median(times["rebalanced"]), statistics.median(times["one round"]), same
     finally:
         client.close()
@@ -127,6 +153,9 @@ def main(argv=None):
           f"ratio {u / w:.2f}  same planes: {same}")
     r, o, same = dask(n, repeats, rng)
     print(f"DaskPartition, 2 workers, tail in one block: rebalanced {r:.3f}  one round {o:.3f}  "
+          f"ratio {r / o:.2f}  same planes: {same}")
+    r, o, same = dask(n, repeats, rng, lazy=True)
+    print(f"DaskPartition, dask planes of 2 chunks, tail in the first: rebalanced {r:.3f}  one round {o:.3f}  "
           f"ratio {r / o:.2f}  same planes: {same}")
 
 

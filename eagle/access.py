@@ -7,9 +7,11 @@ The classes, from narrowest to widest:
 * ``cross_sample_write`` -- writes an ``Out``/``Mutable`` plane at an index other than ``i``;
 * ``mapreduce``          -- every output is a ``Cell`` (whatever the inputs are read like).
 
-A plane used in a way the analysis cannot see through (aliased, passed to a function, sliced)
-is classified conservatively: as read at other samples if it is an input, as written at other
-samples if it is an output.  Reading another sample's ``Out``/``Mutable`` is a race and is
+A plane is reached only by its own name: indexed (``x[k]``, ``q[i, k]``), asked its metadata,
+or passed to a helper; bound to another name, sliced, iterated, or indexed through an
+expression (``x[i][k]``) it is refused at deploy with the line, so every index of it is checked
+(``eagle.bounds``).  A plane passed to a helper is classified conservatively: as read at other
+samples if it is an input, as written at other samples if it is an output.  Reading another sample's ``Out``/``Mutable`` is a race and is
 refused, as is any use of a ``Cell`` other than ``cell[i] = value``.
 
 A ``Table`` reads no sample's data and does not change the class: it may only be read
@@ -23,6 +25,7 @@ import ast
 from dataclasses import dataclass, field
 
 from .roles import OUTPUT_KINDS, PLANE_KINDS, TABLE
+from .syntax import parse
 
 SAMPLE_LOCAL = "sample_local"
 CROSS_SAMPLE_READ = "cross_sample_read"
@@ -81,8 +84,10 @@ def _is_own(index, idx):
 
 
 def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int,
-            declared: str | None = None) -> Access:
-    """Classify the body of ``fdef``; ``roles`` maps parameter name to Role."""
+            declared: str | None = None, frozen=None) -> Access:
+    """Classify the body of ``fdef``; ``roles`` maps parameter name to Role.  With ``frozen`` (the
+    manifest's entries for the body's free names) a plane passed to a call is checked too
+    (``_planes_passed_on``)."""
     def where(node):
         return f"line {line0 + node.lineno - 1}"
 
@@ -95,6 +100,10 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
                 refuse(node, f"the body uses {what}, which a kernel does not support: {why}")
     range_params = _range_arguments(fdef, roles, lambda node, msg: f"kernel {kname!r}, {where(node)}: {msg}")
     _refuse_vector_index_of_plain_out(fdef, roles, refuse)
+    _refuse_unchecked_subscripts(fdef, refuse)
+    if frozen is not None:
+        _planes_passed_on(fdef, roles, frozen, refuse)
+    tables = table_uses(fdef, roles, refuse)      # first: a table rebound (t = x) is named as the table
     uses = {name: PlaneUse() for name, r in roles.items() if r.kind in PLANE_KINDS}
     cells = {name for name, r in roles.items() if r.kind == "Cell"}
     parents = {}
@@ -114,7 +123,7 @@ def analyse(fdef: ast.FunctionDef, idx: str, roles: dict, kname: str, line0: int
             _plane_use(node, parents, idx, roles, uses, cells, refuse)
     access, reads_other = _classify(uses, cells, roles, declared, kname)
     return Access(access=access, reads_other_samples=reads_other, planes=uses, range_params=range_params,
-                  tables=table_uses(fdef, roles, refuse))
+                  tables=tables)
 
 
 def _plane_use(node, parents, idx, roles, uses, cells, refuse):
@@ -134,9 +143,13 @@ def _plane_use(node, parents, idx, roles, uses, cells, refuse):
     if isinstance(parent, ast.Subscript) and parent.value is node:
         _subscript_use(node, parent, parents, idx, roles, uses, cells, refuse)
         return
-    # any other use: aliased, passed to a function, iterated -- the analysis cannot see through
     if name in cells:
         refuse(node, f"cell {name!r} may only be written as {name}[{idx}] = value")
+    if not (isinstance(parent, ast.Call) and node in parent.args):
+        # bound to another name, iterated, returned: its indices there would escape the checks
+        refuse(node, f"plane {name!r} is used other than by its own name ({ast.unparse(parent)}); index it "
+                     f"as {name}[k] where it is used (every such index is checked), or pass it to a helper")
+    # passed to a function: the analysis cannot see through
     use, kind = uses[name], roles[name].kind
     use.own_only = False
     use.opaque = True
@@ -159,6 +172,9 @@ def _subscript_use(node, parent, parents, idx, roles, uses, cells, refuse):
         return
     use, kind = uses[name], roles[name].kind
     sl = parent.slice
+    if any(isinstance(e, ast.Slice) for e in (sl.elts if isinstance(sl, ast.Tuple) else [sl])):
+        refuse(node, f"slices plane {name!r} ({ast.unparse(parent)}): a view's indices would escape the "
+                     f"checks; index it one entry at a time, {name}[k]")
     use.subscripts.add(len(sl.elts) if isinstance(sl, ast.Tuple) else 1)
     if own:
         use.index_dims = max(use.index_dims, dims)
@@ -252,6 +268,69 @@ def _range_arguments(fdef, roles, message) -> set:
                 if isinstance(a, ast.Name) and a.id in roles and roles[a.id].kind == "Param":
                     params.add(a.id)
     return params
+
+
+def _refuse_unchecked_subscripts(fdef, refuse):
+    """A subscript of anything but a name or ``name.shape`` (``x[1:][k]``, ``q[i][k]``, ``f()[k]``):
+    refused, since eagle checks the indices of what a name holds (``eagle.bounds``)."""
+    for stmt in fdef.body:
+        for node in ast.walk(stmt):
+            if not isinstance(node, ast.Subscript) or isinstance(node.value, ast.Name):
+                continue
+            v = node.value
+            if isinstance(v, ast.Attribute) and v.attr == "shape" and isinstance(v.value, ast.Name):
+                continue
+            refuse(node, f"{ast.unparse(node)} indexes an expression; bind the array to a name first or index "
+                         "a plane as x[a, b] (eagle checks the indices of what a name holds)")
+
+
+def _planes_passed_on(fdef, roles, frozen, refuse):
+    """A plane may be an argument only of a helper eagle compiles from source (its indices checked
+    there: ``eagle.bounds``); an ``In`` plane only where that helper reads it, ``p[k]``."""
+    helpers = {g["name"]: g for g in frozen if g["kind"] == "function"}
+    for stmt in fdef.body:
+        for call in ast.walk(stmt):
+            if not isinstance(call, ast.Call):
+                continue
+            f = call.func
+            if isinstance(f, ast.Name) and f.id == "len" and "len" not in {g["name"] for g in frozen}:
+                continue
+            args = [(k, a) for k, a in enumerate(call.args)] + [(None, kw.value) for kw in call.keywords]
+            for pos, a in args:
+                a = a.value if isinstance(a, ast.Starred) else a
+                if not (isinstance(a, ast.Name) and roles.get(a.id) is not None and roles[a.id].kind in PLANE_KINDS):
+                    continue
+                if not (isinstance(f, ast.Name) and f.id in helpers and pos is not None):
+                    refuse(a, f"passes plane {a.id!r} to {ast.unparse(f)}, which eagle does not compile with "
+                              f"bounds checks; pass values ({a.id}[k]) or a helper defined in Python")
+                if roles[a.id].kind == "In":
+                    _helper_reads_only(helpers[f.id], pos, a.id, refuse, a)
+
+
+def _helper_reads_only(g, pos, plane, refuse, at, depth=0):
+    """Refuse (at the kernel's ``at``) a helper that writes, re-binds or passes on the ``In`` plane
+    it receives as its argument ``pos``, other than to another helper that only reads it."""
+    h = parse(g["source"]).body[0]
+    params = [a.arg for a in h.args.args]
+    if pos >= len(params) or depth > 8:
+        refuse(at, f"passes In plane {plane!r} to helper {g['name']!r} in a way eagle cannot follow")
+    p = params[pos]
+    inner = {e["name"]: e for e in g["frozen"] if e["kind"] == "function"}
+    parents = {c: n for n in ast.walk(h) for c in ast.iter_child_nodes(n)}
+    for n in ast.walk(h):
+        if not (isinstance(n, ast.Name) and n.id == p):
+            continue
+        up = parents.get(n)
+        if isinstance(n.ctx, ast.Load) and isinstance(up, ast.Subscript) and up.value is n and isinstance(
+                up.ctx, ast.Load):
+            continue
+        if isinstance(up, ast.Attribute) and up.attr in _METADATA_ATTRS:
+            continue
+        if isinstance(up, ast.Call) and n in up.args and isinstance(up.func, ast.Name) and up.func.id in inner:
+            _helper_reads_only(inner[up.func.id], up.args.index(n), plane, refuse, at, depth + 1)
+            continue
+        refuse(at, f"passes In plane {plane!r} to helper {g['name']!r}, which does more than read it "
+                   f"({ast.unparse(up)}): an In plane is read-only; the helper may only read it as {p}[k]")
 
 
 def _refuse_vector_index_of_plain_out(fdef, roles, refuse):

@@ -4,17 +4,22 @@ A signature (``signature.json``) holds an HMAC-SHA256 of every other file of the
 by a secret the user keeps (``key=``): without the key nobody can make a signature that checks,
 however they edit the files and their hashes.  Each file's MAC covers its name and its bytes, so
 files cannot be swapped either.  The bytes checked are the bytes then parsed: nothing is read
-twice.
+twice.  A file is read only when it is a regular file inside the artifact (no link followed, no
+FIFO or device opened to wait on) of at most :data:`MAX_FILE_BYTES`.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
 import os
+import stat
 
 SIGNATURE = "signature.json"
 ALGORITHM = "HMAC-SHA256"
+#: the most bytes one file of an artifact may hold (its manifest, source or signature)
+MAX_FILE_BYTES = 64 * 2**20
 
 
 def as_key(key) -> bytes:
@@ -31,15 +36,34 @@ def mac(key: bytes, name: str, data: bytes) -> str:
 
 
 def read_inside(path: str, name: str, where: str) -> bytes:
-    """The bytes of ``path/name``, refused when the file (through a link) lies outside ``path``."""
+    """The bytes of ``path/name``: a regular file of the artifact itself, at most :data:`MAX_FILE_BYTES`.
+
+    A link out of ``path`` is refused by name; the file is opened ``O_NOFOLLOW | O_NONBLOCK`` (no
+    link followed, a FIFO or device never waited on) and checked on the open descriptor.
+    """
     full = os.path.join(path, name)
     root = os.path.realpath(path)
     real = os.path.realpath(full)
     if os.path.commonpath([root, real]) != root:
         raise ValueError(f"{where}: {name} points outside the artifact (to {real!r}); an artifact's files lie "
                          "in its directory: copy the file there instead of linking it")
-    with open(full, "rb") as f:
-        return f.read()
+    try:
+        fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise ValueError(f"{where}: {name} is a symbolic link; an artifact's files are read without following "
+                         "links: copy the file there instead of linking it") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{where}: {name} is not a regular file (a FIFO, device or directory is never "
+                             "read); save the plugin again with eagle.save(plugin, path)")
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(f"{where}: {name} is larger than {MAX_FILE_BYTES // 2**20} MiB, the most an artifact's "
+                         "file may hold; it is not read: save the plugin again with eagle.save(plugin, path)")
+    return data
 
 
 def write_signature(path: str, files: dict, key) -> None:

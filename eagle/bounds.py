@@ -15,6 +15,14 @@ wrap-around), never reaches the plane:
   record (an int64 array of ``FIELDS``) and gives 0, so the thread reads or writes element 0
   instead, and the engine raises after the launch.
 
+Arrays the body makes itself (``a = np.zeros(3)``, ``cuda.local.array``, a view ``z = q[i]``) are
+checked the same way: every index of a subscript of a local name goes through ``local_at``
+(``local_at_device`` on the device), which checks it against the array's own axis when the name
+holds an array and passes it through otherwise (a tuple: numba checks those itself).  Such an
+error names the local array (its code is past the arguments': ``local_code``).  A plane can only
+be reached by its own name (``eagle.access`` refuses aliases, slices and chained subscripts at
+deploy), so no index of any array a body can name escapes a check.
+
 Either way the engine raises an ``IndexError`` naming the kernel, the plane, the index and the
 sample (``index_error``).  A plane passed to a helper is indexed outside the body: helpers eagle
 compiles from source get numba's own bounds checks (``boundscheck=True``; an IndexError naming
@@ -23,14 +31,23 @@ order; the device, the last one a thread recorded.
 """
 from __future__ import annotations
 
+import ast
+
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
+
+from .syntax import parse
 
 #: the generated body's name for the run's error record
 ERR = "_eagle_err"
 #: the generated body's name for ``at``
 AT = "_eagle_at"
 FIELDS = 5
+
+
+#: the generated body's name for ``local_at`` / ``local_at_device``
+LX = "_eagle_lx"
 
 
 #: the first argument of the IndexError ``at`` raises (the engine turns it into eagle's message)
@@ -58,6 +75,56 @@ def at_device(k, n, err, sample, code, axis):
     return k
 
 
+def local_at(a, k, axis, err, sample, code):
+    """``k`` when ``a`` is not an array or ``0 <= k < a.shape[axis]``, else an IndexError carrying
+    the access (host code; compiled through its overload below)."""
+    if isinstance(a, np.ndarray):
+        n = a.shape[axis]
+        if k < 0 or k >= n:
+            raise IndexError(TAG, sample, code, k, axis, n)
+    return k
+
+
+@overload(local_at, inline="always")
+def _local_at_compiled(a, k, axis, err, sample, code):
+    if isinstance(a, types.Array):
+        def check(a, k, axis, err, sample, code):
+            n = a.shape[axis]
+            if k < 0 or k >= n:
+                raise IndexError(TAG, sample, code, k, axis, n)
+            return k
+        return check
+    return lambda a, k, axis, err, sample, code: k
+
+
+def local_at_device(a, k, axis, err, sample, code):
+    """``k`` when ``0 <= k < a.shape[axis]``, else 0, the access recorded in ``err`` (device code)."""
+    n = a.shape[axis]
+    if k < 0 or k >= n:
+        err[0] = sample
+        err[1] = code
+        err[2] = k
+        err[3] = axis
+        err[4] = n
+        return 0
+    return k
+
+
+def subscripted_locals(source: str, arguments) -> list:
+    """The names a kernel body subscripts that are not its ``arguments``: its own arrays (and
+    tuples), sorted; ``local_code`` numbers them after the arguments."""
+    fdef = parse(source).body[0]
+    return sorted({n.value.id for stmt in fdef.body for n in ast.walk(stmt)
+                   if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
+                   and n.value.id not in arguments})
+
+
+def local_code(plugin, name) -> int:
+    """The code of the local array ``name`` in an error record (past the arguments' codes)."""
+    names = subscripted_locals(plugin.source, {n for _, n in plugin.arg_spec} | {plugin.index_name})
+    return len(plugin.arg_spec) + names.index(name)
+
+
 def raised_record(exc):
     """The record an exception raised by ``at`` carries, or None for any other exception."""
     args = getattr(exc, "args", ())
@@ -83,6 +150,11 @@ def index_error(plugin, record) -> IndexError:
     """The IndexError of one record, naming the plane, the index and its axis (the engine adds
     the kernel and the sample)."""
     sample, code, index, axis, n = (int(v) for v in record)
+    if code >= len(plugin.arg_spec):
+        names = subscripted_locals(plugin.source, {n for _, n in plugin.arg_spec} | {plugin.index_name})
+        return IndexError(f"index {index} is out of range for array {names[code - len(plugin.arg_spec)]!r} "
+                          f"(made in the kernel's body), whose axis {axis} has {n} entries (no wrap-around: "
+                          "every index of an array the body makes is checked)")
     role, name = plugin.arg_spec[code]
     if role.kind == "Table":
         return IndexError(f"index {index} is out of range for table {name!r}, whose axis {axis} has {n} entries "

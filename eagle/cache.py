@@ -84,14 +84,29 @@ def cache_dir() -> str:
     """The cache directory, created mode 0700 and checked private (see ``check_private``)."""
     given = os.environ.get(ENV)
     d = os.path.abspath(given or default_dir())
-    os.makedirs(d, mode=0o700, exist_ok=True)
+    try:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise _unusable(d, given, e) from None
     check_private(d, repair=not given)
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise _unusable(d, given, PermissionError("you cannot write to it"))
     own = os.path.join(d, PYCACHE)              # numba's index and machine code, beside the modules
     os.makedirs(own, mode=0o700, exist_ok=True)
     check_private(own, repair=True, what="numba's cache directory")
     if numba.config.CACHE_DIR:                  # NUMBA_CACHE_DIR moves numba's files out of ``d``
         check_private(numba.config.CACHE_DIR, repair=False, what="numba's cache directory (NUMBA_CACHE_DIR)")
     return d
+
+
+def _unusable(d: str, given, err: OSError) -> OSError:
+    """The error for a cache directory that cannot be made or written, naming where it came from."""
+    why = "a file is there" if isinstance(err, FileExistsError) else (
+        "a part of the path is a file" if isinstance(err, NotADirectoryError) else err.strerror or str(err))
+    source = f"{ENV}={given!r}" if given else f"the default cache directory {d!r} (set {ENV} to move it)"
+    kind = NotADirectoryError if isinstance(err, (FileExistsError, NotADirectoryError)) else PermissionError
+    return kind(f"eagle's compiled-code cache cannot be made at {d!r} ({why}): {source}; set {ENV} to a "
+                "directory of your own (created mode 0700 if missing), e.g. export EAGLE_CACHE_DIR=~/.cache/eagle")
 
 
 # -- the lock of one module name, between threads and processes ------------------------------------

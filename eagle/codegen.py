@@ -5,7 +5,8 @@ planes the body touches only as ``plane[i]`` are indexed ``plane[i - offset]`` (
 hold only its slice while ``i`` stays the global sample index), and a cell ``c[i] = v``
 writes into a row's scratch (``eagle.rows``).  Every other index of a plane, and every index
 of a ``Table`` (``t[i]`` included: a table is not cut by samples), is checked
-(``eagle.bounds``).  Module-level names are frozen into the module.
+(``eagle.bounds``), and so is every index of an array the body makes (``a[k]`` of a local name:
+``eagle.bounds.local_at``).  Module-level names are frozen into the module.
 
 The generated modules are cached on disk, named by a hash of their text and of what they
 import, checked before they run and compiled once per host: ``eagle.cache`` (``load_module``).
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import ast
 
-from .bounds import AT, ERR
+from .bounds import AT, ERR, LX, local_code
 from .freeze import const_value
 from .interrupt import is_poll
 from .roles import PLANE_KINDS, TABLE
@@ -34,6 +35,7 @@ class _Rewrite(ast.NodeTransformer):
         self.code = {name: k for k, (role, name) in enumerate(plugin.arg_spec)
                      if role.kind in PLANE_KINDS or role.kind == TABLE}
         self.tables = {name for role, name in plugin.arg_spec if role.kind == TABLE}
+        self.plugin, self.arguments = plugin, {name for _, name in plugin.arg_spec} | {self.idx}
 
     def _own(self, e):
         return isinstance(e, ast.Name) and e.id == self.idx
@@ -45,9 +47,29 @@ class _Rewrite(ast.NodeTransformer):
                                                    ast.Name(self.idx, ast.Load()), ast.Constant(self.code[plane]),
                                                    ast.Constant(axis)], [])
 
+    def _local(self, node, name):
+        """``a[k, m]`` of an array the body made: each index checked against ``a``'s own axis."""
+        tuple_ = isinstance(node.slice, ast.Tuple)
+        elts = list(node.slice.elts) if tuple_ else [node.slice]
+        code = local_code(self.plugin, name)
+        for axis, e in enumerate(elts):
+            if not isinstance(e, ast.Slice):
+                elts[axis] = ast.Call(ast.Name(LX, ast.Load()), [
+                    ast.Name(name, ast.Load()), e, ast.Constant(axis), ast.Name(ERR, ast.Load()),
+                    ast.Name(self.idx, ast.Load()), ast.Constant(code)], [])
+        constant = isinstance(node.slice, ast.Constant) and type(node.slice.value) is int
+        node.slice = ast.Tuple(elts, ast.Load()) if tuple_ else elts[0]
+        if constant and isinstance(node.ctx, ast.Load):
+            # t[0] of a tuple of mixed types needs its literal index: checked first, then read as written
+            read = ast.Subscript(ast.Name(name, ast.Load()), ast.Constant(elts[0].args[1].value), ast.Load())
+            return ast.Subscript(ast.Tuple([elts[0], read], ast.Load()), ast.Constant(1), ast.Load())
+        return node
+
     def visit_Subscript(self, node):
         self.generic_visit(node)
         name = node.value.id if isinstance(node.value, ast.Name) else None
+        if name is not None and name not in self.arguments:
+            return self._local(node, name)
         if name not in self.code and name not in self.cells:
             return node
         tuple_ = isinstance(node.slice, ast.Tuple)
@@ -66,12 +88,12 @@ class _Rewrite(ast.NodeTransformer):
 def body_function(plugin, name="_eagle_body") -> str:
     """The body as a plain function ``name(i, *args, _eagle_err, _eagle_po, _eagle_co)``."""
     fdef = parse(plugin.source).body[0]
-    fdef = _Rewrite(plugin).visit(fdef)
-    fdef.name = name
-    fdef.decorator_list = []
+    fdef.decorator_list = []                  # the roles' annotations are no subscripts of the body
     fdef.returns = None
     for a in fdef.args.args:
         a.annotation = None
+    fdef = _Rewrite(plugin).visit(fdef)
+    fdef.name = name
     fdef.args.defaults = []
     fdef.args.args += [ast.arg(ERR), ast.arg(PO), ast.arg(CO)]
     ast.fix_missing_locations(fdef)

@@ -26,6 +26,7 @@ numba-cuda 0.30 drops ``lto=False`` (the PTX test checks the dispatcher keeps it
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import inspect
@@ -35,8 +36,9 @@ import types
 from . import __version__, bounds, rows
 from .access import CROSS_SAMPLE_WRITE
 from .codegen import body_call_args, body_function, body_raises, globals_source
-from .bounds import AT, ERR
+from .bounds import AT, ERR, LX
 from .rows import BUILTIN_ALIASES, MIN, RANGE, ROW, row_loop_lines
+from .syntax import parse
 
 _STATE = threading.local()
 
@@ -59,6 +61,14 @@ def cuda_at():
     """``eagle.bounds.at_device`` compiled for CUDA device code (a kernel cannot raise there)."""
     from numba import cuda
     return cuda.jit(device=True)(bounds.at_device.py_func)
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_local_at():
+    """``eagle.bounds.local_at_device`` compiled for CUDA device code: an index of an array the body
+    made, checked against its axis."""
+    from numba import cuda
+    return cuda.jit(device=True)(bounds.local_at_device)
 
 
 def jit_accepts(name: str) -> bool:
@@ -85,8 +95,23 @@ def contraction(plugin) -> str:
     return "on (declared fma=True)" if plugin.fma else "off"
 
 
+def refuse_indexing_helpers(plugin, entries=None):
+    """A helper compiled from source that indexes an array: refused, naming the kernel and the
+    helper (device code has no bounds checks of its own; the body's indices are eagle's)."""
+    for g in plugin.frozen if entries is None else entries:
+        if g["kind"] != "function":
+            continue
+        for n in ast.walk(parse(g["source"])):
+            if isinstance(n, ast.Subscript) and not (isinstance(n.value, ast.Attribute) and n.value.attr == "shape"):
+                raise ValueError(f"kernel {plugin.name!r}: helper {g['name']!r} indexes an array "
+                                 f"({ast.unparse(n)}), which the device cannot check there; index it in the "
+                                 "kernel's body and pass the values")
+        refuse_indexing_helpers(plugin, g["frozen"])
+
+
 def device_source(plugin) -> str:
     """The generated module: frozen globals, the body as a device function, the launch kernel."""
+    refuse_indexing_helpers(plugin)
     args = [name for _, name in plugin.arg_spec]
     cells = plugin.cells
     body_args = body_call_args(plugin)
@@ -97,9 +122,10 @@ def device_source(plugin) -> str:
         f"# floating-point contraction: {contraction(plugin)}",
         "import numpy as _eagle_np",
         "from numba import cuda as _eagle_cuda",
-        "from eagle.device_codegen import cuda_at, cuda_row_partial as _eagle_rp",
+        "from eagle.device_codegen import cuda_at, cuda_local_at, cuda_row_partial as _eagle_rp",
         "_eagle_row_partial = _eagle_rp()",
         f"{AT} = cuda_at()",
+        f"{LX} = cuda_local_at()",
         BUILTIN_ALIASES,
         "",
         "def _eagle_launch_jit(fn):      # cuda.jit(fn, ...) keeps every option (the decorator form drops lto)",

@@ -14,7 +14,7 @@ written into a tile buffer, copied row by row into the row scratch and folded by
 from __future__ import annotations
 
 from . import __version__
-from .bounds import AT, ERR
+from .bounds import AT, ERR, LX
 from .codegen import body_call_args, body_function, body_raises, globals_source, jit_options
 from .interrupt import MODULE as INTERRUPT, PROG, polled, stop_test
 from .lanes import lanes_function
@@ -77,7 +77,7 @@ def host_source(plugin, lanes: int = 1, polls: bool = True) -> str:
         "import numpy as _eagle_np",
         "from numba import njit as _eagle_njit",
         "from eagle.rows import row_partial as _eagle_row_partial",
-        f"from eagle.bounds import at as {AT}",
+        f"from eagle.bounds import at as {AT}, local_at as {LX}",
         f"import eagle.interrupt as {INTERRUPT}",
         BUILTIN_ALIASES,
         globals_source(plugin),
@@ -113,7 +113,7 @@ def simd_source(plugin, opts: Options, polls: bool = True) -> str:
         "import numpy as _eagle_np",
         "from numba import njit as _eagle_njit",
         "from eagle.rows import row_partial as _eagle_row_partial",
-        f"from eagle.bounds import at as {AT}",
+        f"from eagle.bounds import at as {AT}, local_at as {LX}",
         "import eagle.simd_runtime as _eagle_simd_rt",
         f"import eagle.interrupt as {INTERRUPT}",
         BUILTIN_ALIASES,

@@ -145,7 +145,7 @@ class Plugin:
         self.frozen = manifest["frozen"]
         self.fma = manifest.get("fma", False)
         info = analyse(parse(source).body[0], self.index_name, self.roles, self.name, manifest.get("first_line", 1),
-                       manifest.get("declared_access"))
+                       manifest.get("declared_access"), self.frozen)
         self.exec_access = info.access
         self.reads_other_samples = info.reads_other_samples
         self.plane_uses = info.planes

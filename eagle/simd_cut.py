@@ -13,7 +13,7 @@ import ast
 import copy
 
 from .analysis import Refused, Uniformity, parents as parents_of, stores, strip_bare_return
-from .bounds import ERR
+from .bounds import ERR, LX
 from .codegen import CO, PO, body_function
 from .syntax import literal_trips, parse
 
@@ -282,7 +282,8 @@ class TileCut:
             if isinstance(n.ctx, ast.Store):
                 if parents.get(n) is not node:
                     return None                              # bound twice
-            elif not (isinstance(parents.get(n), ast.Subscript) and parents[n].value is n):
+            elif not (isinstance(parents.get(n), ast.Subscript) and parents[n].value is n) and not _checked_by(
+                    n, parents):
                 return None                                  # used other than as buf[k]
         fill = {"empty": None, "zeros": "0", "ones": "1"}[f.attr]
         return (ast.unparse(size), ast.unparse(dtype) if dtype is not None else "_eagle_np.float64", fill)
@@ -369,3 +370,10 @@ class _Invariant(ast.NodeTransformer):
 
 
 __all__ = ["SMALL_LOOP", "Segment", "TileCut", "expr", "names_in", "stmt"]
+
+
+def _checked_by(n, parents) -> bool:
+    """Whether the name ``n`` is the array of its own index check, ``buf[_eagle_lx(buf, k, ...)]``."""
+    call = parents.get(n)
+    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == LX
+            and call.args[:1] == [n])

@@ -46,6 +46,11 @@ class Structure:
     def check_plan(self, plan):
         """Refusals this structure adds at plan time."""
 
+    def until_done_state(self, plan, planes):
+        """Where ``run_until_done`` keeps the state of a run of ``planes`` on this structure:
+        ``None`` for numpy planes in the driver (``eagle.until_done.NumpyState``)."""
+        return None
+
     def result(self, plan, bound, rows):
         """What ``Plan.run`` returns: the outputs of ``bound`` and the cells folded from ``rows``
         (``Plan.result``); a structure whose runs return something else overrides it."""

@@ -16,6 +16,10 @@ The result (``UntilDone``): ``planes`` (every Out and Mutable plane, the finish 
 ``status`` (int8 per sample: ``FINISHED`` or ``CAPPED``), ``steps`` (int64 per sample, counted
 over every run it was resumed through), ``cells`` and ``contributions``.  ``resume=result``
 continues the capped samples to the same bits as one longer run.
+
+Where the state lives: numpy planes in the driver's memory (``NumpyState``), unless the plan's
+structure keeps it elsewhere -- ``Structure.until_done_state`` (DaskPartition with dask planes
+keeps it on the cluster, ``eagle_dask.lazy_until_done``).  The rounds are the same either way.
 """
 from __future__ import annotations
 
@@ -56,6 +60,59 @@ class UntilDone:
                 f"{n - int(self.finished.sum())} capped>")
 
 
+class NumpyState:
+    """The state of a run held as numpy planes by the driver: what a round gathers and scatters."""
+
+    def rounds_on(self, structure):
+        """The structure the rounds run on."""
+        return structure
+
+    def begin_round(self, idx, done, steps, cap):
+        """A round over the samples ``idx`` starts (they are those ``_running`` finds in the state)."""
+
+    def check_in(self, k, name, v):
+        """A plane as given, refused unless it is a numpy array."""
+        if type(v) is not np.ndarray:
+            raise TypeError(f"plane {name!r} of kernel {k!r} is a {type(v).__name__}: run_until_done takes numpy "
+                            "planes here (dask arrays: run the plan on DaskPartition, see docs/until_done.md)")
+        return v
+
+    def plane(self, k, name, v):
+        """An Out or Mutable plane's starting values, copied (the caller's array is never written)."""
+        return np.array(self.check_in(k, name, v), copy=True)
+
+    def full(self, n, width, value):
+        return np.full((n,) if width is None else (n, width), value, dtype=np.float64)
+
+    def take(self, v, idx, origin=False):
+        """Samples ``idx`` of ``v`` (``origin``: ``idx`` itself, as int64), in order."""
+        return idx.astype(np.int64) if origin else v[idx]
+
+    def put(self, v, idx, new):
+        """``v`` with samples ``idx`` replaced by ``new``."""
+        v[idx] = new
+        return v
+
+    def settle(self, arrays):
+        return arrays
+
+    def flags(self, values):
+        """``values`` (arrays of this state) as numpy arrays in the driver."""
+        return values
+
+    def status(self, done):
+        return np.where(done != 0, FINISHED, CAPPED).astype(np.int8)
+
+    def steps(self, steps):
+        return steps.astype(np.int64)
+
+    def cell(self, op, contributions):
+        return reduce_samples(op, contributions)
+
+
+NUMPY = NumpyState()
+
+
 def _check_counts(k, max_steps, round_steps):
     for what, v in (("max_steps", max_steps), ("round_steps", round_steps)):
         if v is None and what == "round_steps":
@@ -65,8 +122,8 @@ def _check_counts(k, max_steps, round_steps):
                              f"steps {'a sample takes' if what == 'max_steps' else 'one round runs a sample'}")
 
 
-def _start(plan, loop, planes, resume):
-    """Full-size state: the arguments, the sample planes, steps and contributions."""
+def _start(plan, loop, planes, resume, st):
+    """Full-size state: the arguments, the sample planes, steps, contributions and running."""
     p, k = plan.plugin, plan.plugin.name
     if resume is not None:
         if not isinstance(resume, UntilDone) or resume.kernel != k:
@@ -76,29 +133,27 @@ def _start(plan, loop, planes, resume):
         if given:
             raise ValueError(f"kernel {k!r}: resume= continues from the result's planes; do not pass {given[0]!r}")
         args = {**resume.arguments, **planes}
-        state = {n: v.copy() for n, v in resume.planes.items()}
-        contrib = {n: v.copy() for n, v in resume.contributions.items()}
-        return args, state, resume.steps.astype(np.float64), contrib, resume.status == CAPPED
+        state = {n: st.plane(k, n, v) for n, v in resume.planes.items()}
+        contrib = {n: st.plane(k, n, v) for n, v in resume.contributions.items()}
+        steps = st.plane(k, "steps", resume.steps).astype(np.float64)
+        return args, state, steps, contrib, st.flags([resume.status == CAPPED])[0]
     args, state = {}, {}
     for name, v in planes.items():
         role = p.roles.get(name)
-        if role is not None and role.kind in ("In", "Out", "Mutable") and type(v) is not np.ndarray:
-            raise TypeError(f"plane {name!r} of kernel {k!r} is a {type(v).__name__}: run_until_done takes numpy "
-                            "planes (a lazy Dask array: compute it, or persist the state to zarr between runs "
-                            "with resume=, see docs/until_done.md)")
         if role is not None and role.kind in ("Out", "Mutable"):
-            state[name] = np.array(v, copy=True)
+            state[name] = st.plane(k, name, v)
+        elif role is not None and role.kind == "In":
+            args[name] = st.check_in(k, name, v)
         else:
             args[name] = v
     n = _count(p, args, state)
     for role, name in p.arg_spec:
         if role.kind == "Out" and name not in state:
-            state[name] = np.zeros((n,) if role.width is None else (n, role.width), dtype=role.out_dtype)
+            state[name] = st.full(n, role.width, 0.0).astype(role.out_dtype)
         if role.kind == "Mutable" and name not in state:
             raise TypeError(f"kernel {k!r} is missing Mutable plane {name!r}")
-    contrib = {n_: np.full(n, IDENTITY[op]) for n_, op in p.cells.items()}
-    running = np.ones(n, dtype=bool)
-    return args, state, np.zeros(n), contrib, running
+    contrib = {n_: st.full(n, None, IDENTITY[op]) for n_, op in p.cells.items()}
+    return args, state, st.full(n, None, 0.0), contrib, np.ones(n, dtype=bool)
 
 
 def _count(p, args, state):
@@ -112,21 +167,32 @@ def _count(p, args, state):
     return next(iter(lens.values()))
 
 
-def _round(loop_plan, loop, idx, args, state, steps, contrib, budget, cap, device):
-    """One round over the samples ``idx`` (original indices, ascending), scattered back."""
-    sample = {n: v[idx] for n, v in args.items() if loop.plugin.roles[n].kind == "In"}
+def _round(loop_plan, loop, idx, args, state, steps, contrib, budget, cap, device, st):
+    """One round over the samples ``idx`` (original indices, ascending), scattered back: returns the
+    new ``state``, ``steps`` and ``contrib``, and which of ``idx`` run on (numpy)."""
+    st.begin_round(idx, state[loop.done], steps, cap)
+    sample = {n: st.take(v, idx) for n, v in args.items() if loop.plugin.roles[n].kind == "In"}
     other = {n: v for n, v in args.items() if loop.plugin.roles[n].kind != "In"}
-    work = {n: v[idx] for n, v in {**state, **contrib}.items()}
-    work[loop.origin] = idx.astype(np.int64)
-    work[loop.steps] = steps[idx]
+    work = {n: st.take(v, idx) for n, v in {**state, **contrib}.items()}
+    work[loop.origin] = st.take(None, idx, origin=True)
+    work[loop.steps] = st.take(steps, idx)
     out = loop_plan.run(**sample, **other, **work, **{loop.budget: budget, loop.cap: cap}, device=device)
-    for n, v in {**state, **contrib}.items():
-        v[idx] = out[n]
-    steps[idx] = out[loop.steps]
+    out = {n: out[n] for n in (*state, *contrib, loop.steps)}
+    new = {n: st.put(v, idx, out[n]) for n, v in {**state, **contrib, loop.steps: steps}.items()}
+    new, still = st.settle((new, {"": _running(out[loop.done], out[loop.steps], cap)}))
+    return {n: new[n] for n in state}, new[loop.steps], {n: new[n] for n in contrib}, st.flags([still[""]])[0]
 
 
-def _running(state, done, steps, cap):
-    return (state[done] == 0) & (steps < cap)
+def _running(done, steps, cap):
+    """Which samples run on (numpy or dask arrays alike)."""
+    return (done == 0) & (steps < cap)
+
+
+def _state_of(plan, planes, resume):
+    """Where this run's state lives (``NumpyState`` unless the structure keeps it elsewhere)."""
+    if isinstance(resume, UntilDone):
+        planes = {**resume.planes, **planes}
+    return plan.structure.until_done_state(plan, planes) or NUMPY
 
 
 def run_until_done(plan, make_plan, *, max_steps, resume=None, round_steps=None, done_plane="done", device=None, planes):
@@ -139,22 +205,21 @@ def run_until_done(plan, make_plan, *, max_steps, resume=None, round_steps=None,
     _check_counts(k, max_steps, round_steps)
     loop = loop_plugin(plan.plugin, done)
     parts = len(plan.partitions) if plan.partitions is not None else plan.npartitions
-    loop_plan = make_plan(loop.plugin, structure=plan.structure, inner=plan.inner,
+    st = _state_of(plan, planes, resume)
+    loop_plan = make_plan(loop.plugin, structure=st.rounds_on(plan.structure), inner=plan.inner,
                           npartitions=1 if plan.structure.crosses_processes else parts)
-    args, state, steps, contrib, running = _start(plan, loop, planes, resume)
+    args, state, steps, contrib, running = _start(plan, loop, planes, resume, st)
     if state[done].ndim != 1:
         raise ValueError(f"kernel {k!r}: the finish plane {done!r} has shape {state[done].shape}: it holds one "
                          "value per sample, (n,)")
-    running &= _running(state, done, steps, max_steps)
+    running &= st.flags([_running(state[done], steps, max_steps)])[0]
     budget = round_steps or FIRST_ROUND
     first = True
     while first or running.any():
         idx = np.flatnonzero(running)
-        _round(loop_plan, loop, idx, args, state, steps, contrib, budget, max_steps, device)
-        running[idx] = _running({done: state[done][idx]}, done, steps[idx], max_steps)
+        state, steps, contrib, running[idx] = _round(loop_plan, loop, idx, args, state, steps, contrib, budget,
+                                                     max_steps, device, st)
         budget = round_steps or min(budget * GROWTH, max_steps)
         first = False
-    status = np.where(state[done] != 0, FINISHED, CAPPED).astype(np.int8)
-    cells = {n: reduce_samples(plan.plugin.cells[n], v) for n, v in contrib.items()}
-    return UntilDone(k, state, status, steps.astype(np.int64), cells, contrib, args)
-
+    cells = {n: st.cell(plan.plugin.cells[n], v) for n, v in contrib.items()}
+    return UntilDone(k, state, st.status(state[done]), st.steps(steps), cells, contrib, args)

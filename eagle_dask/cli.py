@@ -17,7 +17,7 @@ def _demo(args):
 def _connect(args):
     if args.scheduler_file:
         from . import connect
-        return connect(args.scheduler_file), False
+        return connect(args.scheduler_file, security=False if args.no_tls else None), False
     if args.address:
         from .cluster import new_client
         return new_client(None, args.address), False
@@ -35,6 +35,9 @@ def _info(args):
         rows = [(str(r), str(w.name), str(w.host), str(w.address), "-" if w.gpu is None else str(w.gpu))
                 for r, w in ranks.items()]
         print(columns(("rank", "name", "host", "address", "GPU"), rows))
+        from .scratch import warnings_for
+        for line in warnings_for(client):
+            print(line, file=sys.stderr)
     finally:
         client.close()
     return 0
@@ -70,7 +73,8 @@ def security_of(args):
 def _cluster(args):
     from . import serve
     serve(args.scheduler_file, interface=args.interface, nthreads=args.nthreads,
-          dashboard=not args.no_dashboard, dashboard_address=args.dashboard_address, security=security_of(args))
+          dashboard=not args.no_dashboard, dashboard_address=args.dashboard_address, security=security_of(args),
+          local_directory=args.local_directory, quiet=args.quiet)
     return 0
 
 
@@ -87,6 +91,8 @@ def parser():
     i = sub.add_parser("info", help="ranks, workers and GPUs of a cluster (default: a new local cluster)")
     i.add_argument("--scheduler-file", default=None, help="the file of an `eagle-dask cluster` (joined with "
                                                          "eagle_dask.connect: its credentials lie beside it)")
+    i.add_argument("--no-tls", action="store_true", help="the scheduler file names a tcp:// cluster started "
+                                                         "with --no-tls (without it, only tls:// is trusted)")
     i.add_argument("--address", default=None)
     i.add_argument("--workers", type=int, default=None)
     i.set_defaults(func=_info)
@@ -103,8 +109,13 @@ def parser():
                                                        "and --tls-key, instead of fresh credentials")
     c.add_argument("--tls-cert", default=None, help="the certificate every process of the cluster presents")
     c.add_argument("--tls-key", default=None, help="its private key")
+    c.add_argument("--local-directory", default=None, help="the ranks' files (default: a fresh 0700 directory "
+                                                           "per rank, removed at the end); yours, others not "
+                                                           "allowed to write to it")
     c.add_argument("--no-tls", action="store_true", help="plain TCP, no authentication: any user who can "
                                                          "reach a port runs code as you")
+    c.add_argument("--quiet", action="store_true", help="distributed logs warnings and errors only (no INFO "
+                                                        "lines, no tracebacks of connections closed at shutdown)")
     c.set_defaults(func=_cluster)
     return ap
 

@@ -20,16 +20,23 @@ from __future__ import annotations
 import asyncio
 import atexit
 import inspect
-import json
 import logging
 import os
 import sys
+import threading
+import weakref
 
 from eagle.host import cpu_count
 
+from . import scratch
 from . import security as tls
+from .leave import leave
+from .main_guard import refuse_unguarded
+from .no_http import PRELOAD as NO_HTTP
+from .published import identity, publish, scheduler_gone, unpublish, unpublish_if_names
 from .ranks import gpu_ids
-from .warm import preloads
+from .structure import DEFAULT_STALL
+from .warm import listed, preloads
 
 LOOPBACK = "127.0.0.1"
 
@@ -46,28 +53,28 @@ def cuda_workers_available() -> bool:
 
 
 def new_client(cls=None, *args, **kwargs):
-    """``cls(*args, **kwargs)`` (default ``distributed.Client``), started with the garbage collector
+    """``cls(*args, **kwargs)`` (default ``EagleClient``), started with the garbage collector
     held off.  A ``Client`` left for garbage collection closes its event loop from ``__del__``
     under distributed's ``LoopRunner`` lock; if that collection happens while a new client starts
     its loop in the same thread -- which holds the lock -- the thread waits for itself forever.
     Collecting first and starting with collection off closes that window."""
     import gc
 
-    from distributed import Client
+    from .client import EagleClient
     enabled = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
-        return (cls or Client)(*args, **kwargs)
+        return (cls or EagleClient)(*args, **kwargs)
     finally:
         if enabled:
             gc.enable()
 
 
-def _owning_client(cluster):
-    from distributed import Client
+def _owning_client(cluster, cleanup=None):
+    from .client import EagleClient
 
-    class OwningClient(Client):
+    class OwningClient(EagleClient):
         """A client that closes its cluster when it closes (once)."""
 
         _eagle_cluster_closed = False
@@ -78,7 +85,11 @@ def _owning_client(cluster):
             finally:
                 if not self._eagle_cluster_closed:
                     self._eagle_cluster_closed = True
-                    cluster.close()
+                    try:
+                        cluster.close()
+                    finally:
+                        if cleanup is not None:
+                            cleanup()
 
         def __del__(self):
             # at garbage collection, closing the cluster can deadlock a client being started in
@@ -128,6 +139,13 @@ def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **k
     as given.  ``False`` is plain TCP with no authentication: any user of this machine who finds
     a port (``/proc/net/tcp`` lists them) can connect and run code as you on the scheduler and
     every worker.
+
+    ``scheduler_file=F`` writes ``F`` (the address) and ``F.credentials.json`` (the client's
+    certificate), both mode 0600 and removed at close, as ``eagle-dask cluster`` does: another
+    process of yours joins with ``eagle_dask.connect(F)`` (a plain ``distributed.Client`` has no
+    certificate).  The scheduler and workers keep their files in a fresh 0700 directory of their own,
+    removed at close (``local_directory=``: one of yours that nobody else can write).  In a script,
+    call it under ``if __name__ == "__main__":`` (the workers re-import the script).
     """
     n_workers = _count(n_workers, "n_workers", "the number of worker processes: an integer >= 1, or None for "
                                                "one per CPU (one per GPU with dask-cuda)")
@@ -144,16 +162,48 @@ def local_cluster(n_workers=None, threads_per_worker=None, *, security=None, **k
     kwargs["security"] = sec          # None: distributed's default, plain TCP
     kwargs["preload"] = preloads(kwargs.get("preload"))
     kwargs.setdefault("host", LOOPBACK)
-    kwargs.setdefault("dashboard_address", f"{LOOPBACK}:0")
+    dashboard = kwargs.setdefault("dashboard_address", f"{LOOPBACK}:0") is not None
+    refuse_unguarded(inspect.currentframe().f_back, "local_cluster")
+    scheduler_file = kwargs.pop("scheduler_file", None)
+    place = scratch.private(kwargs.pop("local_directory", None), "local_cluster")
+    written = []
+
+    def cleanup():
+        unpublish(written)
+        place.remove()
+
+    cluster = None
+    try:
+        cluster = _start_local(n_workers, threads, env, place, kwargs, dashboard)
+        if scheduler_file is not None:
+            written += publish(scheduler_file, cluster.scheduler_address, sec)
+    except BaseException:
+        if cluster is not None:
+            cluster.close()
+        cleanup()
+        raise
+    weakref.finalize(cluster, cleanup)
+    return _owning_client(cluster, cleanup)
+
+
+def _start_local(n_workers, threads, env, place, kwargs, dashboard):
+    """The cluster of :func:`local_cluster`, its scheduler and workers in ``place`` (a private
+    directory); without a dashboard, no process of it listens for HTTP (``eagle_dask.no_http``)."""
+    if not dashboard:
+        kwargs["preload"] = [*kwargs["preload"], NO_HTTP]
+        kwargs["preload_nanny"] = [*listed(kwargs.get("preload_nanny")), NO_HTTP]
+    kwargs["local_directory"] = place.path
+    kwargs["scheduler_kwargs"] = {"local_directory": place.path, **(kwargs.get("scheduler_kwargs") or {})}
+    env = {**place.env(), **env}
     if cuda_workers_available():
         from dask_cuda import LocalCUDACluster
-        cluster = LocalCUDACluster(n_workers=n_workers, threads_per_worker=threads, env=env, **kwargs)
-    else:
-        from distributed import LocalCluster
-        kwargs.setdefault("silence_logs", logging.ERROR)
-        cluster = LocalCluster(n_workers=n_workers or cpu_count(), threads_per_worker=threads, processes=True,
-                               env=env, **kwargs)
-    return _owning_client(cluster)
+        return LocalCUDACluster(n_workers=n_workers, threads_per_worker=threads, env=env, **kwargs)
+    import dask
+    from distributed import LocalCluster
+    kwargs.setdefault("silence_logs", logging.ERROR)
+    with dask.config.set(launch_config(dashboard)):        # the scheduler reads worker-ttl as it starts
+        return LocalCluster(n_workers=n_workers or cpu_count(), threads_per_worker=threads, processes=True,
+                            env=env, **kwargs)
 
 
 # -- under mpirun ------------------------------------------------------------------------
@@ -176,9 +226,49 @@ def _network(comm, interface, dashboard_address):
     one_host = len(set(hosts)) == 1
     if interface is None and one_host:
         interface = loopback_interface()
-    if dashboard_address is None:
-        dashboard_address = f"{LOOPBACK}:0" if interface == loopback_interface() else ":8787"
+    if dashboard_address is None:       # loopback on every host: reach a remote one through a tunnel
+        dashboard_address = f"{LOOPBACK}:0" if interface == loopback_interface() else f"{LOOPBACK}:8787"
     return interface, dashboard_address
+
+
+#: seconds ``serve`` waits for its workers to join before it writes the scheduler file anyway
+JOIN_WAIT = 300
+
+
+def launch_config(dashboard=True):
+    """dask config of every cluster eagle starts: the scheduler forgets a worker it has
+    not heard from for ``DEFAULT_STALL`` seconds (distributed's default is 5 minutes), and without
+    a dashboard no HTTP route is served and no HTTP port listens, on the scheduler or the workers
+    (``eagle_dask.no_http``)."""
+    config = {"distributed.scheduler.worker-ttl": f"{DEFAULT_STALL:g}s"}
+    if not dashboard:
+        import dask
+        given = listed(dask.config.get("distributed.scheduler.preload", None))
+        config.update({"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": [],
+                       "distributed.scheduler.preload": [*given, NO_HTTP]})
+    return config
+
+
+def _worker_http(opts, dashboard):
+    """A worker's options with its HTTP listener closed when there is no dashboard (``no_http``)."""
+    return opts if dashboard else {**opts, "preload": [*opts["preload"], NO_HTTP]}
+
+
+def abort_on_failure(comm, role, body):
+    """Run ``body()``; if it raises, print why and end the whole MPI job (``comm.Abort``): the other
+    ranks wait for this one in a collective, or for a scheduler that will never come, and would
+    otherwise spin until the job's time limit."""
+    try:
+        return body()
+    except (KeyboardInterrupt, SystemExit):
+        raise           # stopped (Ctrl-C, the launcher ending the job, scancel): every rank is told
+    except BaseException as e:  # noqa: BLE001 - said, then the job ends
+        import traceback
+        sys.stderr.write(f"eagle-dask: the {role} (rank {comm.Get_rank()}) failed: {type(e).__name__}: {e}; "
+                         f"ending the MPI job\n{traceback.format_exc()}")
+        sys.stderr.flush()
+        comm.Abort(1)
+        raise
 
 
 def _pin_gpu(comm, first_worker):
@@ -237,6 +327,9 @@ def _worker_class(worker_class, nthreads, worker_options, gpu):
 
 
 def _quiet(level):
+    """distributed's and tornado's loggers at ``level``; after distributed is imported, whose import
+    sets their levels from its config (a level set before would be undone)."""
+    import distributed  # noqa: F401 - its logging configuration first
     for name in ("distributed", "tornado"):
         logging.getLogger(name).setLevel(level)
 
@@ -294,10 +387,18 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
     interface, dashboard_address = _network(comm, interface, dashboard_address)
     gpu = _pin_gpu(comm, 2)
     wclass, opts, threads = _worker_class(worker_class, nthreads, worker_options, gpu)
+    place = None
+    if comm.Get_rank() != 1:                    # the scheduler's and each worker's files: 0700, their own
+        place = scratch.private(local_directory, "initialize")
+    elif local_directory is not None:
+        scratch.check_given(local_directory, "initialize")
     fields = _share_credentials(comm, security, "initialize", _roles_for_initialize(size))
-    is_client = _dask_mpi(fields, interface=interface, nthreads=threads, local_directory=local_directory,
-                          memory_limit=memory_limit, dashboard=dashboard, dashboard_address=dashboard_address,
-                          protocol=protocol, worker_class=wclass, worker_options=opts, comm=comm, exit=False)
+    opts = {"dashboard_address": f"{LOOPBACK}:0", **_worker_http(opts, dashboard)}   # on loopback, or none
+    start = lambda: _dask_mpi(fields, place, launch_config(dashboard), interface=interface,  # noqa: E731
+                              nthreads=threads, memory_limit=memory_limit, dashboard=dashboard,
+                              dashboard_address=dashboard_address, protocol=protocol, worker_class=wclass,
+                              worker_options=opts, comm=comm, exit=False)
+    is_client = abort_on_failure(comm, "scheduler", start) if comm.Get_rank() == 0 else start()
     if not is_client:
         if exit:
             sys.exit(0)
@@ -309,25 +410,28 @@ def initialize(interface=None, nthreads=1, *, dashboard=True, dashboard_address=
     return client
 
 
-def _dask_mpi(fields, **kwargs):
-    """``dask_mpi.initialize`` with this rank's credentials in dask's config (where its scheduler and
-    workers read them): for the cluster's ranks while they run, for rank 1 from now on."""
+def _dask_mpi(fields, place, launch, **kwargs):
+    """``dask_mpi.initialize`` with this rank's credentials and ``launch`` (``launch_config``) in
+    dask's config (where its scheduler and workers read them): for the cluster's ranks while they
+    run, in ``place`` (their private directory, removed when they end), for rank 1 (``place``
+    None) from now on."""
     import dask
     import dask_mpi
-    if not fields:
-        return dask_mpi.initialize(**kwargs)
-    config = tls.as_config(fields)
-    if kwargs.get("protocol") is None:
+    config = {**(tls.as_config(fields) if fields else {}), **launch}
+    if fields and kwargs.get("protocol") is None:
         kwargs["protocol"] = "tls"       # dask-mpi's listeners, given an interface, would pick tcp
-    if fields["role"] == "client":
+    if place is None:
         dask.config.set(config)
         return dask_mpi.initialize(**kwargs)
-    with dask.config.set(config):
-        return dask_mpi.initialize(**kwargs)
+    try:
+        with dask.config.set({**config, **place.config()}):
+            return dask_mpi.initialize(local_directory=place.path, **kwargs)
+    finally:
+        place.remove()
 
 
 def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboard_address=None,
-          memory_limit="auto", local_directory=None, comm=None, security=None):
+          memory_limit="auto", local_directory=None, comm=None, security=None, quiet=False):
     """Run this MPI rank as part of a cluster others join with :func:`connect` (``eagle-dask cluster``).
 
     Rank 0 runs the scheduler and writes ``scheduler_file`` (its address, mode 0600); every other
@@ -340,6 +444,7 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
     ``connect(scheduler_file)`` reads.  A ``distributed.Security`` (rank 0's) is used as given (its
     client part goes in that file).  ``False`` is plain TCP: any user of the machine who finds a port
     can connect and run code as you.  A file there that belongs to another user is refused.
+    ``quiet``: distributed logs warnings and errors only (``eagle-dask cluster --quiet``).
     """
     from distributed import Scheduler
     from distributed.utils import import_term
@@ -355,59 +460,131 @@ def serve(scheduler_file, *, interface=None, nthreads=1, dashboard=True, dashboa
     interface, dashboard_address = _network(comm, interface, dashboard_address)
     gpu = _pin_gpu(comm, 1)
     wclass, opts, threads = _worker_class(None, nthreads, None, gpu)
+    opts = _worker_http(opts, dashboard)
     rank = comm.Get_rank()
     fields = _share_credentials(comm, security, "serve", ["scheduler"] + ["worker"] * (size - 1), client_file)
     sec = tls.from_fields(fields) if fields else None
 
+    place = scratch.private(local_directory, "serve")       # every rank's own files, 0700
+    _exit_on_sigterm()
+    if quiet:
+        _quiet(logging.WARNING)
+
+    here = {}
+
     async def scheduler():
         async with Scheduler(interface=interface, dashboard=dashboard, dashboard_address=dashboard_address,
-                             security=sec) as s:
-            tls.write_private(scheduler_file, json.dumps(s.identity(), indent=2))
+                             security=sec, local_directory=place.path) as s:
             comm.bcast(s.address, root=0)
+            here["address"] = s.address
+            await _joined(s, size - 1)              # the file says the cluster is ready: it is
+            if os.path.lexists(client_file):
+                tls.add_address(client_file, s.address)
+            ident = s.identity()
+            tls.write_private(scheduler_file, identity(ident.pop("address"), **ident))
             await s.finished()
 
     async def worker(address):
         cls = import_term(wclass)
         async with cls(address, interface=interface, nthreads=threads, name=rank, memory_limit=memory_limit,
-                       local_directory=local_directory, security=sec, **opts) as w:
+                       local_directory=place.path, security=sec, dashboard_address=f"{LOOPBACK}:0", **opts) as w:
             await w.finished()
 
-    if rank == 0:
-        try:
-            asyncio.run(scheduler())
-        finally:
-            for path in (scheduler_file, client_file):
-                if os.path.isfile(path) and os.stat(path).st_uid == os.getuid():
-                    os.unlink(path)
-    else:
-        asyncio.run(worker(comm.bcast(None, root=0)))
+    import dask
+    try:
+        with dask.config.set({**place.config(), **launch_config(dashboard)}):
+            if rank == 0:
+                abort_on_failure(comm, "scheduler",
+                                 lambda: _run_scheduler(scheduler, (scheduler_file, client_file)))
+            else:
+                here["address"] = comm.bcast(None, root=0)
+                try:
+                    asyncio.run(worker(here["address"]))
+                finally:            # the scheduler's rank died: what it left names a gone cluster
+                    unpublish_if_names((scheduler_file, client_file), here["address"])
+    finally:
+        place.remove()
+    leave(comm, here["address"], rank == 0, sec)
 
 
-def connect(scheduler_file, *, timeout=60, **kwargs):
-    """A ``Client`` of the cluster :func:`serve` (``eagle-dask cluster``) runs, with its credentials.
+async def _joined(scheduler, count):
+    """Wait until ``count`` workers have joined ``scheduler`` (at most ``JOIN_WAIT`` seconds, then
+    go on with a warning naming how many did)."""
+    import time
+    end = time.monotonic() + JOIN_WAIT
+    while len(scheduler.workers) < count:
+        if time.monotonic() > end:
+            logging.getLogger("eagle_dask").warning(
+                "eagle-dask cluster: %d of %d workers joined within %d s; writing the scheduler file anyway",
+                len(scheduler.workers), count, JOIN_WAIT)
+            return
+        await asyncio.sleep(0.05)
 
-    Reads the address from ``scheduler_file`` and the client's certificate from
-    ``scheduler_file + ".credentials.json"`` (which must be yours and mode 0600), waiting up to
-    ``timeout`` seconds for the cluster to write them.  ``distributed.Client(scheduler_file=F)``
-    alone has no certificate, and the cluster refuses it.  Keyword arguments go to ``Client``.
+
+def _run_scheduler(scheduler, files):
+    """Run ``scheduler()`` to its end, then remove ``files`` (the scheduler file, the credentials) if ours."""
+    try:
+        asyncio.run(scheduler())
+    finally:
+        unpublish(files)
+
+
+def _exit_on_sigterm():
+    """SIGTERM (``scancel``, the batch system's time limit) ends this rank through its ``finally``
+    blocks, so the scheduler file and credentials are removed, as at a clean shutdown."""
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+
+
+def connect(target, *, timeout=60, security=None, **kwargs):
+    """A ``Client`` of an eagle cluster, with its credentials: ``target`` is a scheduler file or an address.
+
+    A scheduler file (of ``eagle-dask cluster``, :func:`serve` or ``local_cluster(scheduler_file=F)``)
+    must be yours, not a link, mode 0600, and name a ``tls://`` address; the client's certificate
+    (and the address) come from ``F + ".credentials.json"`` (yours, mode 0600).  A file another
+    user wrote is refused before anything connects.  It waits up to ``timeout`` seconds for the
+    cluster to write the file.  An address (``"tls://127.0.0.1:8786"``) needs ``security=`` (a
+    ``distributed.Security``; ``False`` for a ``tcp://`` cluster started with ``--no-tls``).
+
+    A plain ``distributed.Client(address)`` or ``Client(scheduler_file=F)`` has no certificate: it
+    fails with ``TypeError: TLS expects a ssl_context ...`` or is refused by the cluster -- use
+    ``eagle_dask.connect(F)``.  Keyword arguments go to ``Client``.
     """
     import time
 
-    scheduler_file = os.path.expanduser(os.fspath(scheduler_file))
+    tls.check(security, "connect")
+    target = os.path.expanduser(os.fspath(target))
+    if "://" in target:
+        return new_client(None, _address_security(target, security), security=security or None, timeout=timeout,
+                          **kwargs)
     end = time.monotonic() + timeout
-    while not os.path.exists(scheduler_file):
+    while not os.path.lexists(target):
         if time.monotonic() > end:
-            raise TimeoutError(f"eagle_dask.connect: no scheduler file {scheduler_file} after {timeout} s: is "
-                               f"`mpirun -np N eagle-dask cluster --scheduler-file {scheduler_file}` running?")
+            raise TimeoutError(f"eagle_dask.connect: no scheduler file {target} after {timeout} s: is "
+                               f"`mpirun -np N eagle-dask cluster --scheduler-file {target}` running? (an "
+                               "address is given as tls://host:port)")
         time.sleep(0.1)
-    with open(scheduler_file) as f:
-        address = json.load(f)["address"]
-    creds = tls.credentials_path(scheduler_file)
-    if address.startswith("tls://"):
-        if not os.path.exists(creds):
-            raise FileNotFoundError(f"eagle_dask.connect: the cluster at {address} runs mutual TLS and its "
-                                    f"client credentials {creds} are missing: they are written beside the "
-                                    "scheduler file by the `eagle-dask cluster` that wrote it")
-        kwargs.setdefault("security", tls.read_client_credentials(creds))
+    address, sec = tls.read_scheduler_file(target, security)
+    if scheduler_gone(address, sec):
+        raise ConnectionError(f"eagle_dask.connect: the scheduler file {target} names {address}, where nothing "
+                              "listens: its cluster ended without removing it (its scheduler's rank was "
+                              "killed). Start the cluster again (it writes a new file), or remove the file")
     kwargs.setdefault("timeout", max(1, end - time.monotonic()))
-    return new_client(None, address, **kwargs)
+    return new_client(None, address, security=sec, **kwargs)
+
+
+def _address_security(address, security):
+    """The ``Client`` arguments (address, security=) for ``connect(address, security=...)``."""
+    if security is None:
+        raise ValueError(f"eagle_dask.connect({address!r}): an address carries no credentials: pass the scheduler "
+                         "file instead (connect(F), its credentials lie beside it), or security=distributed."
+                         "Security(...) with the cluster's client certificate (False for a tcp:// cluster)")
+    if security is not False and not address.startswith("tls://"):
+        raise ValueError(f"eagle_dask.connect({address!r}, security=...): a cluster with credentials listens on "
+                         "tls://; for a plain tcp:// cluster pass security=False")
+    return address

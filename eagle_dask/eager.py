@@ -6,8 +6,14 @@ block is back:
 
 * a finished block is written into the output planes at its offset, its row partials kept
   by rank (``Plan.result`` folds them in fixed order);
-* a worker lost mid-block: the scheduler recomputes the block on a survivor (the slices ride
-  in the task; whole planes are scattered to every worker);
+* the data takes the shortest road: a block on another host than the driver gets its share of
+  the sliced planes sent from the driver straight to its worker (``send.scatter_to``, a
+  dependency of its task: the task itself carries no plane), and its output blocks are fetched
+  straight from that worker (``direct=True``); neither is relayed by the scheduler.  Whole
+  planes are scattered to every worker; a worker on the driver's host reads and writes the
+  driver's shared memory instead (``eagle_dask.shm``);
+* a worker lost mid-block: its share is lost with it, the scheduler cancels the block, and the
+  block is submitted again with its share sent anew from the driver's planes to a worker alive;
 * every worker that held a block lost and the nannies restarting them: the scheduler keeps
   such a block in ``no-worker``, tied to the dead address even though the restriction is
   loose.  A poll that finds a block there while the cluster has workers again resubmits it
@@ -31,9 +37,9 @@ next run's tasks are submitted, or ``HOLD`` seconds after the run, whichever com
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-import warnings
 import weakref
 from concurrent.futures import CancelledError
 
@@ -44,9 +50,10 @@ from eagle.roles import OUTPUT_KINDS, TABLE
 from eagle.rows import split
 
 from . import keys
+from .client import CLOSED_REASON
 from .progress import end_progress, show_progress
 from .ranks import worker_ranks
-from .send import scatter_everywhere
+from .send import TRIES, scatter_everywhere, scatter_to
 from .shared_run import SharedRun
 from .shm import Elsewhere, StartedBefore
 from .tables import lost, shared
@@ -62,6 +69,10 @@ GATHER = 2.0
 GATHERS = 12
 #: times a block stuck on the address of a dead worker is resubmitted before the run gives up
 RESUBMITS = 2
+#: bytes per second below which a block's share is taken for stalled on its way: a send to one
+#: worker is given ``stall_timeout`` seconds plus the share's bytes at this rate, then another
+#: worker is tried (a worker hung or silent before the run starts)
+SLOW_SEND = 10e6
 
 
 class Held:
@@ -109,11 +120,12 @@ class Held:
 
 
 class _Block:
-    __slots__ = ("rank", "part", "future", "address", "whole", "attempts", "shared", "remote")
+    __slots__ = ("rank", "part", "future", "address", "whole", "inputs", "attempts", "shared", "remote")
 
     def __init__(self, rank, part):
         self.rank, self.part = rank, part
         self.future = self.address = self.whole = None      # whole: the scattered planes it was given
+        self.inputs = None          # the future of its share of the sliced planes, on its worker
         self.attempts = 0
         self.shared = False         # its planes went through shared memory (``eagle_dask.shm``)
         self.remote = False         # it ran on another host than its worker's: messages only
@@ -164,11 +176,8 @@ class EagerRun:
             if keys.reports_progress(self.tag):       # before the blocks start: they report as they go
                 self.bar = show_progress(client, self.tag, self.name, n, {b.rank: b.part.count for b in self.blocks})
             self._send_tables()
-            with warnings.catch_warnings():
-                # the slices ride in the task on purpose (they survive a lost worker): not a graph to slim down
-                warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
-                for b in self.blocks:
-                    self._submit(b, self.table[b.rank].address)
+            for b in self.blocks:
+                self._submit(b, self.table[b.rank].address)
             Held.release_after_submit(client)
             self._supervise()
             self.shared.finish([(b.part.base, b.part.stop) for b in self.blocks if b.shared],
@@ -206,7 +215,7 @@ class EagerRun:
         """Submit block ``b`` pinned to ``address``; ``loose``: the scheduler may run it elsewhere
         (not for a block taken from a silent worker, which the scheduler takes for an idle one)."""
         p = b.part
-        sliced, whole_f, fresh, shared = _transport(self, b, address)
+        sliced, whole_f, fresh, shared, address = _transport(self, b, address)
         key = keys.block_key(self.name, self.tag, b.rank, b.attempts)
         b.address, b.whole = address, whole_f
         b.future = self.client.submit(self.task, self.ref, self.plan.inner, b.rank, p.base, p.stop, self.bound.n,
@@ -229,11 +238,13 @@ class EagerRun:
                 pass                                    # looked at below, block by block
             done = [f for f in pending if f.done()]
             if done:
-                again = self._collect([pending.pop(f) for f in done])
+                with self._scheduler_calls():
+                    again = self._collect([pending.pop(f) for f in done])
                 pending.update({b.future: b for b in [*self._resubmitted, *again]})
             else:
-                stuck, live = watch.stuck(list(pending.values()))
-                stalled, others = silence.stalled(list(pending.values()))
+                with self._scheduler_calls():
+                    stuck, live = watch.stuck(list(pending.values()))
+                    stalled, others = silence.stalled(list(pending.values()))
                 again = [(b, live, True) for b in stuck] + [(b, others, False) for b in stalled if b not in stuck]
                 for b, to, loose in again:
                     del pending[b.future]
@@ -257,8 +268,9 @@ class EagerRun:
             from distributed import TimeoutError as DaskTimeout
             bound = min(self.structure.timeout, GATHER * 2 ** min(self.failed_gathers, 8))
             try:
+                # straight from the workers that hold them, not relayed by the scheduler
                 results = self.client.sync(self.client._gather, [b.future for b in finished], errors="raise",
-                                           callback_timeout=bound)
+                                           direct=True, callback_timeout=bound)
             except (DaskTimeout, TimeoutError, CancelledError):
                 results = None
             if results is None:
@@ -295,13 +307,34 @@ class EagerRun:
         """The ranks whose blocks have not come back."""
         return sorted(b.rank for b in self.blocks if self.rows_of[b.rank] is None)
 
+    @contextlib.contextmanager
+    def _scheduler_calls(self):
+        """Calls to the scheduler: a connection closed under them because the scheduler is gone
+        (``CommClosedError``, an ``OSError``) ends the run in :meth:`_scheduler_lost`'s words."""
+        try:
+            yield
+        except OSError as e:
+            if self.client.status == "running" and self.client.scheduler.address not in str(e):
+                raise
+            raise self._scheduler_lost() from None
+
+    def _scheduler_lost(self):
+        return RuntimeError(f"DaskPartition: the connection to the scheduler {self.client.scheduler.address} was "
+                            f"lost while kernel {self.name!r} ran: its process or host is gone (under mpirun, "
+                            f"rank 0 of `eagle-dask cluster`); the blocks of rank(s) {self.left()} were not "
+                            "computed and the output planes are incomplete: start the cluster again and rerun")
+
     def _cancelled(self, b):
         """A block whose future was cancelled: the client closed, whole planes lost, or a cancel."""
         left = self.left()
-        if self.client.status not in ("running", "connecting", "newly-created"):
+        if (self.client.status not in ("running", "connecting", "newly-created")
+                or _cancel_reason(b.future) == CLOSED_REASON):
             raise RuntimeError(f"DaskPartition: the client closed while kernel {self.name!r} ran; the blocks of "
                                f"rank(s) {left} were not computed and the output planes are incomplete")
-        if (b.whole is not None and b.whole.status != "finished") or lost(self.table_f.values()):
+        if _scheduler_lost(self.client, b.future):
+            raise self._scheduler_lost()
+        share_lost = b.inputs is not None and lost([b.inputs])    # lost with the worker it was sent to
+        if share_lost or (b.whole is not None and b.whole.status != "finished") or lost(self.table_f.values()):
             if lost(self.table_f.values()):
                 self._send_tables()                     # the tables were lost with every worker that held them
             if b.whole is not None and b.whole is self.whole_f:
@@ -335,9 +368,7 @@ class EagerRun:
         target = next((r for r in live if r.name == name), None) or live[b.rank % len(live)]
         self.client.cancel([old])
         old.release()
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
-            self._submit(b, target.address, loose)
+        self._submit(b, target.address, loose)
 
     def _live(self):
         """Every worker of the cluster now (waiting, at most ``timeout`` seconds, for one)."""
@@ -365,7 +396,8 @@ class EagerRun:
             self.bar = None
 
     def _futures(self):
-        return [f for f in [*(b.future for b in self.blocks), self.whole_f, *self._old_whole] if f is not None]
+        return [f for f in [*(b.future for b in self.blocks), *(b.inputs for b in self.blocks), self.whole_f,
+                            *self._old_whole] if f is not None]
 
     def _release(self):
         Held._release(self._futures())
@@ -475,18 +507,50 @@ def rows_by_cell(plugin, rows_of):
 
 # -- transport: shared memory on the driver's host (``eagle_dask.shm``), messages elsewhere ------
 def _transport(run, b, address):
-    """(sliced planes, scattered whole planes, Outs to allocate, SharedPlanes or None) of block
-    ``b`` of ``run`` sent to ``address``."""
+    """(sliced planes -- the future of the block's share, or ``{}`` --, scattered whole planes, Outs
+    to allocate, SharedPlanes or None, the worker to run it) of block ``b`` of ``run`` sent to
+    ``address``."""
     if b.attempts and b.shared:         # sent again after a try in shared memory: its share restored first
         run.shared.restore(b.part.base, b.part.stop)
+    if b.inputs is not None:
+        b.inputs.release()          # the share of an earlier submission: sent anew where the block goes
+        b.inputs = None
     shared = run.shared.for_block(address, b.remote)
     b.shared = shared is not None
     if b.shared:
-        return {}, None, {}, shared
+        return {}, None, {}, shared, address
     if run.whole and run.whole_f is None:
         run._scatter()
-    sliced = {k: np.ascontiguousarray(v[b.part.base:b.part.stop]) for k, v in run.sliced.items()}
-    return sliced, run.whole_f, run.fresh, None
+    share, address = _send_share(run, b, address)
+    return share, run.whole_f, run.fresh, None, address
+
+
+def _send_share(run, b, address):
+    """(the future of block ``b``'s share of the sliced planes, the worker holding it): sent from
+    the driver's planes straight to ``address`` or, when that worker does not take it, to another
+    worker of the cluster -- at most ``TRIES`` workers, within the run's ``timeout``, each given
+    ``stall_timeout`` plus the share's bytes at ``SLOW_SEND``."""
+    share = {k: np.ascontiguousarray(v[b.part.base:b.part.stop]) for k, v in run.sliced.items()}
+    if not share:
+        return {}, address
+    size = sum(v.nbytes for v in share.values())
+    start, timeout, tried = time.monotonic(), run.structure.timeout, []
+    one = run.structure.stall_timeout + size / SLOW_SEND
+    while len(tried) < TRIES and time.monotonic() - start < timeout:
+        key = keys.share_key(run.name, run.tag, b.rank, b.attempts, len(tried))
+        b.inputs = scatter_to(run.client, key, share, address, min(one, timeout - (time.monotonic() - start)))
+        if b.inputs is not None:
+            return b.inputs, address
+        tried.append(address)
+        others = [r.address for r in worker_ranks(run.client) if r.address not in tried]
+        if not others:
+            break
+        address = others[b.rank % len(others)]
+    cls = TimeoutError if time.monotonic() - start >= timeout else RuntimeError
+    raise cls(f"DaskPartition: the share of rank {b.rank} ({size / 1e6:.0f} MB of the sliced planes "
+              f"{sorted(share)}) of kernel {run.name!r} could not be sent to worker(s) {tried} within "
+              f"timeout={timeout:g} s (gone, paused, or not reachable from the driver); the output planes "
+              "are incomplete: rerun, or give DaskPartition.on(timeout=...) more")
 
 
 def _elsewhere(run, b):
@@ -499,3 +563,15 @@ def _elsewhere(run, b):
     run._again(b)
     run._resubmitted.append(b)
     return True
+
+
+def _cancel_reason(future):
+    """The reason ``future`` was cancelled with (distributed's, or ``EagleClient``'s at close), or None."""
+    cancelled = getattr(getattr(future, "_state", None), "exception", None)
+    return getattr(cancelled, "reason", None)
+
+
+def _scheduler_lost(client, future) -> bool:
+    """Whether ``future`` was cancelled because ``client`` lost its scheduler (distributed's reason
+    ``scheduler-connection-lost``; the client is then reconnecting)."""
+    return _cancel_reason(future) == "scheduler-connection-lost" or client.status == "connecting"

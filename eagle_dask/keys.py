@@ -6,7 +6,9 @@ one that holds a digit or a hex token): the dashboard's task stream, its progres
 kernel's name and then says the kind of task, so ``key_split`` gives ``<kernel>-eagle-<kind>``:
 
 * numpy mode: ``<kernel>-eagle-block-<tag>-rank<r>`` (one per rank; ``-again<k>`` when
-  resubmitted), ``<kernel>-eagle-planes-<tag>`` (the whole planes scattered to every worker);
+  resubmitted), ``<kernel>-eagle-planes-<tag>`` (the whole planes scattered to every worker),
+  ``<kernel>-eagle-share-<tag>-rank<r>`` (a block's share of the sliced planes, sent to its
+  worker; ``-again<k>`` when sent again, ``-try<t>`` when sent to another worker);
 * lazy mode: ``<kernel>-eagle-block-<token>`` (the blocks), ``<kernel>-eagle-rows-<token>``
   (their row partials), ``<kernel>-eagle-cell-<token>`` (a cell's fold),
   ``<kernel>-eagle-out-<token>`` (an output's chunks), ``<kernel>-eagle-in-<token>`` (a numpy
@@ -20,7 +22,7 @@ from __future__ import annotations
 import uuid
 
 #: the kinds of task a run adds, as they appear in its keys
-KINDS = ("block", "planes", "rows", "cell", "out", "in")
+KINDS = ("block", "planes", "share", "rows", "cell", "out", "in")
 
 _BLOCK = "-eagle-block-"
 
@@ -48,12 +50,30 @@ def block_key(kernel: str, tag: str, rank: int, attempt: int = 0) -> str:
     return name(kernel, "block", tag) + f"-rank{rank}" + (f"-again{attempt}" if attempt else "")
 
 
+def share_key(kernel: str, tag: str, rank: int, attempt: int = 0, target: int = 0) -> str:
+    """The key of rank ``rank``'s share of the sliced planes in run ``tag``, sent for the block's
+    ``attempt``-th submission to its ``target``-th choice of worker."""
+    return (name(kernel, "share", tag) + f"-rank{rank}" + (f"-again{attempt}" if attempt else "")
+            + (f"-try{target}" if target else ""))
+
+
 def block_rank(key: str) -> int | None:
     """The rank of a numpy-mode block's key."""
     try:
         return int(key.rsplit("-rank", 1)[1].split("-", 1)[0])
     except (IndexError, ValueError):
         return None
+
+
+def kernel_of(key) -> str | None:
+    """The kernel whose run added task ``key`` (a string or a dask array chunk's tuple), or None
+    for a key no eagle run made."""
+    if isinstance(key, tuple) and key:
+        key = key[0]
+    if not isinstance(key, str) or "-eagle-" not in key:
+        return None
+    kernel, rest = key.split("-eagle-", 1)
+    return kernel if rest.split("-", 1)[0] in KINDS and kernel else None
 
 
 def run_tag(key) -> str | None:

@@ -9,11 +9,14 @@
   sent over MPI), and the same as dask config values (dask-mpi reads its security from there).
 * :func:`write_private` -- a file only its owner reads (``O_EXCL``, mode 0600), refusing to
   replace one that belongs to someone else; :func:`write_client_credentials` /
-  :func:`read_client_credentials` -- the client's part beside a scheduler file.
+  :func:`read_client_credentials` -- the client's part beside a scheduler file;
+  :func:`read_private` / :func:`read_scheduler_file` -- files read only when they are yours, not a
+  link, mode 0600 (a scheduler file another user wrote first is refused, never connected to).
 """
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import stat
@@ -204,19 +207,70 @@ def write_client_credentials(path, security):
     write_private(path, json.dumps(role_fields(security, "client"), default=str))
 
 
-def _check_private(path, what):
-    st = os.stat(path)
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise PermissionError(f"{what} {path} is mode {stat.S_IMODE(st.st_mode):04o}, owned by uid {st.st_uid}: "
-                              f"credentials must be yours and readable by you only (chmod 600 {path}); "
-                              "anyone who read it can join the cluster, so restart the cluster if others could")
+def read_private(path, what):
+    """The text of ``path``, which must be a regular file (not a link), yours, and mode 0600.
+
+    Opened ``O_NOFOLLOW | O_NONBLOCK`` and checked on the open descriptor (``fstat``), so the file
+    read is the file checked; anything else is refused by name with what to do.
+    """
+    path = os.fspath(path)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise PermissionError(f"{what} {path} is a symbolic link: it is not followed (anyone who could "
+                                  "make it could point it anywhere); use the file the cluster wrote") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise PermissionError(f"{what} {path} is not a regular file: it is not read")
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise PermissionError(f"{what} {path} is mode {stat.S_IMODE(st.st_mode):04o}, owned by uid {st.st_uid}: "
+                                  f"it must be yours and readable by you only (chmod 600, as eagle writes it); "
+                                  "another user may have written or read it, so it is not trusted: restart the "
+                                  "cluster with its file in a directory only you write to")
+        return f.read(1 << 20).decode()
 
 
 def read_client_credentials(path):
     """A ``Security`` for a client from the file :func:`write_client_credentials` wrote (yours, mode 0600)."""
-    _check_private(path, "the credentials file")
-    with open(path) as f:
-        fields = json.load(f)
+    fields = json.loads(read_private(path, "the credentials file"))
     for f in ("tls_min_version", "tls_max_version"):
         fields[f] = None      # written as text; distributed's defaults apply
     return from_fields(fields)
+
+
+def add_address(path, address):
+    """Put the scheduler's ``address`` into the credentials file ``path`` (still 0600): a client takes
+    the address from there, not from the scheduler file alone."""
+    fields = json.loads(read_private(path, "the credentials file"))
+    fields["address"] = address
+    write_private(path, json.dumps(fields))
+
+
+def read_scheduler_file(path, security=None):
+    """(address, ``Security`` or None) for joining the cluster whose scheduler file is ``path``.
+
+    ``path`` must be yours, a regular file, mode 0600 (as :func:`serve` writes it).  With
+    ``security=None`` its address must be ``tls://`` and the credentials beside it are used, their
+    address first; a ``Security`` is used as given (``tls://`` too); ``security=False`` accepts a
+    ``tcp://`` address (a cluster started with ``--no-tls``).
+    """
+    address = json.loads(read_private(path, "the scheduler file"))["address"]
+    if security is False:
+        return address, None
+    if not str(address).startswith("tls://"):
+        raise PermissionError(f"the scheduler file {path} names {address}, not a tls:// address: eagle's clusters "
+                              "run mutual TLS, so it is not trusted; for a cluster you started with --no-tls "
+                              "pass security=False (eagle-dask info --no-tls)")
+    if security is not None:
+        return address, security
+    creds = credentials_path(path)
+    if not os.path.lexists(creds):
+        raise FileNotFoundError(f"eagle_dask.connect: the cluster at {address} runs mutual TLS and its client "
+                                f"credentials {creds} are missing: they are written beside the scheduler file by "
+                                "the `eagle-dask cluster` (or local_cluster(scheduler_file=...)) that wrote it")
+    fields = json.loads(read_private(creds, "the credentials file"))
+    return fields.get("address") or address, read_client_credentials(creds)

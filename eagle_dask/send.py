@@ -1,4 +1,4 @@
-"""Sending a numpy-mode run's inputs to every worker, within the run's ``timeout``.
+"""Sending a numpy-mode run's inputs to the workers, within the run's ``timeout``.
 
 distributed's ``Client.scatter(..., broadcast=True, timeout=t)`` bounds only its wait for a
 first worker: a worker lost while the bytes travel can leave it waiting for minutes (its copy
@@ -8,6 +8,11 @@ what is left of ``timeout`` (``callback_timeout``), tried again under a fresh ke
 workers alive then, at most ``TRIES`` times; a try that failed is forgotten on the scheduler
 (nothing half-sent stays held).  A send that does not succeed ends in eagle's error naming
 what was sent and the workers that left the cluster while it was sent.
+
+``scatter_to`` sends a block's share of the sliced planes from the driver straight to the
+worker that runs the block (``direct=True``: one network crossing, not relayed by the
+scheduler); one try, bounded by what is left of ``timeout``; a try that failed is forgotten on
+the scheduler and says so (``None``), and the run picks another worker.
 
 ``held`` asks the scheduler (one round trip) which of some kept futures still have a worker
 holding their data: a future's own ``status`` stays ``finished`` when the only worker holding
@@ -65,6 +70,30 @@ def scatter_everywhere(client, key: str, value, timeout: float, what: str):
             failures.append(exc)
             _forget(client, k)
     raise _failed(client, what, value, timeout, before, failures, time.monotonic() - start)
+
+
+async def _send_to(client, key, value, address):
+    """``value`` into the memory of the worker at ``address`` under ``key``, then the scheduler told
+    it lies there (what ``Client.scatter(..., workers=[address], direct=True)`` does, as one
+    coroutine: a bound that cancels it cancels the send, where distributed's own leaves it running
+    to fail later, unobserved, on a worker that went silent)."""
+    from distributed.protocol import to_serialize
+    answer = await client.rpc(address).update_data(data={key: to_serialize(value)})
+    await client.scheduler.update_data(who_has={key: [address]}, nbytes=answer["nbytes"], client=client.id)
+
+
+def scatter_to(client, key: str, value, address: str, timeout: float):
+    """The future of ``value`` sent from this process straight to the worker at ``address`` under
+    ``key`` within ``timeout`` seconds (the scheduler is told where it lies, and never sees its
+    bytes); None if that worker did not take it in time (gone, hung, closing): nothing of the
+    try is kept."""
+    from distributed import Future
+    try:
+        client.sync(_send_to, client, key, value, address, callback_timeout=timeout)
+    except _errors():
+        _forget(client, key)
+        return None
+    return Future(key, client, state="memory")
 
 
 def _failed(client, what, value, timeout, before, failures, spent):

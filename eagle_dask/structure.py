@@ -29,6 +29,7 @@ from eagle.structure import Structure
 from .arrays import bind_lazy, execute_lazy, has_dask, plan_result
 from .awaiting import Pending, in_event_loop, open_client
 from .eager import EagerRun
+from .lazy_until_done import DaskState
 from .progress import progress_wanted
 from .ranks import worker_ranks
 
@@ -110,6 +111,10 @@ class _DaskPartition(Structure):
         if has_dask(planes):
             return bind_lazy(plan, planes, device)
         return super().bind(plan, planes, device)
+
+    def until_done_state(self, plan, planes):
+        """Dask planes: ``run_until_done`` keeps its state on the cluster (``eagle_dask.lazy_until_done``)."""
+        return DaskState(self, plan, planes) if has_dask(planes) else None
 
     def execute(self, plan, bound, device):
         """Lazy: build the graph (``eagle_dask.arrays``).  numpy: run every block on the workers

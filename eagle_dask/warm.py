@@ -63,10 +63,10 @@ def dask_setup(worker):
 
 def preloads(given=None) -> list:
     """``given`` (a worker's ``preload``: None, a module name or a list) with this module added once."""
-    if given is None:
-        given = []
-    elif isinstance(given, str):
-        given = [given]
-    else:
-        given = list(given)
+    given = listed(given)
     return given if PRELOAD in given else [*given, PRELOAD]
+
+
+def listed(preload) -> list:
+    """A ``preload`` setting (None, a module name or a list) as a list."""
+    return [] if preload is None else [preload] if isinstance(preload, str) else list(preload)

@@ -102,6 +102,23 @@ def run_tests(top: Path, tests: list[str], timeout: float) -> tuple[str, float, 
     return verdict, time.monotonic() - t0, out
 
 
+def kill_leftovers(top: Path):
+    """End every process still running from the scratch tree (an MPI job a test started in a
+    session of its own outlives the test's process group)."""
+    try:
+        import psutil
+    except ImportError:
+        return
+    for proc in psutil.process_iter(["pid", "cwd", "cmdline", "environ"]):
+        try:
+            here = (proc.info["cwd"] or "").startswith(str(top))
+            path = (proc.info["environ"] or {}).get("PYTHONPATH", "").startswith(str(top))
+            if (here or path) and proc.pid != os.getpid():
+                proc.kill()
+        except (psutil.Error, OSError):
+            pass
+
+
 def check(m: dict, top: Path) -> tuple[str, float, str]:
     """Apply one mutant in ``top``, run its tests, put the file back."""
     target = top / m["path"]
@@ -110,6 +127,7 @@ def check(m: dict, top: Path) -> tuple[str, float, str]:
     try:
         return run_tests(top, m["tests"], m.get("timeout", 300))
     finally:
+        kill_leftovers(top)
         target.write_text(original)
 
 

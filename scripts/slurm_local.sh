@@ -64,12 +64,26 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 KillWait=5
+FirstJobId=$(first_job_id)
 InactiveLimit=0
 MinJobAge=30
 NodeName=$NODE NodeHostname=$(hostname) NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=60 State=UP OverSubscribe=NO
 EOF
     chmod 0644 "$CONF"
+}
+
+first_job_id() {
+    # Job ids that no earlier start of this bed used: its state is wiped at stop, and an MPI job
+    # killed mid-run leaves /dev/shm/mpich_shm_<hash of its PMI name "jobid.step"> behind; a later
+    # job given the same id attaches to that stale segment and hangs in MPI_Init.  (A real
+    # cluster never reuses a job id.)
+    echo $(( $(date +%s) % 40000000 + 1000 ))
+}
+
+clean_job_shm() {
+    # what killed jobs of the bed's user left in /dev/shm
+    find /dev/shm -maxdepth 1 -user "$SLURM_USER" -name 'mpich_shm_*' -delete 2>/dev/null || true
 }
 
 make_namespace() {
@@ -106,6 +120,7 @@ tree_rev() {
 
 start() {
     install_packages
+    clean_job_shm
     write_conf
     make_namespace
     start_munge
@@ -132,12 +147,13 @@ stop() {
     pkill -x slurmd 2>/dev/null || true
     pkill -x slurmctld 2>/dev/null || true
     for _ in $(seq 1 20); do
-        pgrep -x 'slurmd|slurmctld' >/dev/null || break
+        pgrep -x slurmd >/dev/null || pgrep -x slurmctld >/dev/null || break
         sleep 0.25
     done
     pkill -9 -x slurmstepd 2>/dev/null || true
     ip netns list | grep -qw "$NS" && ip netns del "$NS" || true
     rm -rf /var/spool/slurmctld/* /var/spool/slurmd/*
+    clean_job_shm
 }
 
 case "${1:-}" in

@@ -196,3 +196,12 @@ def slow_neighbours(i, x: In, steps: Param, y: Out):
     for k in range(steps):
         acc = acc * 0.5 + x[(i + k) % n]
     y[i] = acc
+
+
+@eagle.kernel
+def slow_sine(i, x: In, steps: Param, y: Out):
+    """Fault injection only: a sum of ``steps`` half sines per sample, as slow as ``steps`` makes it."""
+    s = 0.0
+    for k in range(steps):
+        s += 0.5 * math.sin(x[i] + k)
+    y[i] = s

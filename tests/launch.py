@@ -44,15 +44,54 @@ def require_mpi():
         pytest.skip("mpiexec.gforker (the mpich wheel) is not installed")
 
 
+def clear_stale_mpich_segments(directory="/dev/shm", older_than=30.0):
+    """Remove this user's ``mpich_shm_*`` segments that no process maps or holds open (and that
+    are older than ``older_than`` seconds, so a job starting now is never touched).
+
+    A killed job of the mpich wheel (the tests kill ranks on purpose, and kill jobs that run past
+    their bound) leaves its node segment behind, named by a hash of its PMI job name, which holds
+    the launcher's pid under gforker; a later job whose launcher gets the same pid (pids wrap at
+    32768 here) attaches to the stale segment and hangs in MPI_Init."""
+    import glob
+    now = time.time()
+    stale = set()
+    for path in glob.glob(os.path.join(directory, "mpich_shm_*")):
+        with contextlib.suppress(OSError):
+            st = os.lstat(path)
+            if st.st_uid == os.geteuid() and os.path.isfile(path) and now - st.st_mtime > older_than:
+                stale.add(path)
+    if not stale:
+        return
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as f:
+            stale -= {line.split(None, 5)[-1].strip().removesuffix(" (deleted)") for line in f
+                      if "mpich_shm_" in line}
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    stale.discard(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    for path in stale:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
 def mpiexec(n, args, *, timeout=180, env=None, check=True, popen=False):
     """Run ``python *args`` under ``mpiexec.gforker -n n`` on loopback; return the CompletedProcess."""
     require_mpi()
+    clear_stale_mpich_segments()
     cmd = [gforker(), "-n", str(n), sys.executable, *args]
     if popen:
         return subprocess.Popen(cmd, env=loopback_env(env), cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    proc = subprocess.run(cmd, env=loopback_env(env), cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    with subprocess.Popen(cmd, env=loopback_env(env), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as job:
+        try:
+            out, err = job.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, 9)               # the launcher and every rank it started
+            job.communicate()
+            raise
+    proc = subprocess.CompletedProcess(cmd, job.returncode, out, err)
     if check and proc.returncode != 0:
         raise AssertionError(f"mpiexec -n {n} {' '.join(args)} exited {proc.returncode}\n"
                              f"--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}")
@@ -70,6 +109,21 @@ def listeners(pids):
             continue
         out += [(pid, c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN]
     return out
+
+
+def speaks_http(port):
+    """Whether something on 127.0.0.1:``port`` answers an HTTP request (MPI's and dask's own
+    listeners do not)."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=3)
+    try:
+        conn.request("GET", "/health")
+        conn.getresponse()
+        return True
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
 
 
 def beyond_loopback(found):

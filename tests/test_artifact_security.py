@@ -234,3 +234,57 @@ def test_deploy_refuses_a_helper_default_that_is_not_a_number():
         y[i] = scaled(x[i])
     with pytest.raises(ValueError, match=r"kernel 'calls_scaled': helper 'scaled': a default value must be a literal"):
         eagle.deploy(calls_scaled)
+
+
+# -- the files themselves: regular files of the artifact, no link, no FIFO, a size cap -----------
+@pytest.mark.parametrize("key", [None, KEY], ids=["unsigned", "signed"])
+def test_a_fifo_for_kernel_py_is_refused_at_once(artifact, key):
+    import time
+    path, marker = artifact
+    eagle.save(guarded, path, key=key)
+    os.unlink(path / "kernel.py")
+    os.mkfifo(path / "kernel.py")                      # a reader of it would wait for a writer forever
+    t = time.monotonic()
+    _refused(path, r"kernel.py is not a regular file \(a FIFO", marker, **({} if key is None else {"key": key}))
+    assert time.monotonic() - t < 5
+
+
+def test_a_link_into_a_sibling_directory_is_outside_the_artifact(artifact):
+    path, marker = artifact
+    sibling = path.parent / (path.name + "-x")          # shares the artifact's name as a string prefix
+    sibling.mkdir()
+    (sibling / "kernel.py").write_bytes((path / "kernel.py").read_bytes())
+    os.unlink(path / "kernel.py")
+    os.symlink(sibling / "kernel.py", path / "kernel.py")
+    _refused(path, r"kernel.py points outside the artifact \(to '.*art-x/kernel.py'\)", marker)
+
+
+def test_a_link_inside_the_artifact_is_not_followed(artifact):
+    path, marker = artifact
+    os.rename(path / "kernel.py", path / "real.py")
+    os.symlink("real.py", path / "kernel.py")
+    _refused(path, r"kernel.py is a symbolic link; an artifact's files are read without following links", marker)
+
+
+def test_a_file_over_the_size_cap_is_refused_and_the_docs_state_the_cap(artifact):
+    from eagle.artifact import MAX_FILE_BYTES
+    path, marker = artifact
+    with open(path / "kernel.py", "r+b") as f:
+        f.truncate(MAX_FILE_BYTES + 1)                  # sparse: cheap to make
+    _refused(path, rf"kernel.py is larger than {MAX_FILE_BYTES // 2**20} MiB", marker)
+    docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "artifacts.md")).read()
+    assert f"{MAX_FILE_BYTES // 2**20} MiB" in docs
+
+
+def test_two_signed_files_swapped_are_refused(artifact):
+    """Swap kernel.py and manifest.json and their signature entries: each MAC still matches its
+    bytes, but not its name, so the swap is refused before either file is parsed."""
+    path, marker = artifact
+    eagle.save(guarded, path, key=KEY)
+    k, m = (path / "kernel.py").read_bytes(), (path / "manifest.json").read_bytes()
+    (path / "kernel.py").write_bytes(m)
+    (path / "manifest.json").write_bytes(k)
+    sig = json.loads((path / "signature.json").read_text())
+    sig["files"]["kernel.py"], sig["files"]["manifest.json"] = sig["files"]["manifest.json"], sig["files"]["kernel.py"]
+    (path / "signature.json").write_text(json.dumps(sig))
+    _refused(path, r"(kernel.py|manifest.json) does not match its signature", marker, key=KEY)

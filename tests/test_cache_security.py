@@ -229,3 +229,51 @@ def test_a_compile_lock_held_too_long_is_a_clear_timeout(tmp_path, monkeypatch):
         os.close(fd)
     with eagle.cache.compile_lock(module):            # released: taken at once
         pass
+
+
+HOLDER = """
+out = eplan.plan(plugin, structure=eexec.HostTeam).run(x=x)
+print("DONE" if np.array_equal(out.view(np.uint64), want.view(np.uint64)) else "WRONG", flush=True)
+sys.stdin.read()                                  # alive, its lock files open, until the test closes stdin
+"""
+
+SECOND = """
+out = eplan.plan(plugin, structure=eexec.HostTeam).run(x=x)   # its own first run takes the name's lock
+print(json.dumps({"same": bool(np.array_equal(out.view(np.uint64), want.view(np.uint64)))}))
+"""
+
+
+def test_a_compile_releases_its_lock_while_its_process_lives(tmp_path):
+    """A process that compiled a kernel and lives on (a Dask worker) has let go of the lock: another
+    process's first run of the kernel takes it at once.  Were it kept, that run would end in eagle's
+    TimeoutError naming the lock after EAGLE_COMPILE_WAIT (2 s here), not hang."""
+    cache = tmp_path / "cache"
+    first, second = tmp_path / "first.py", tmp_path / "second.py"
+    first.write_text(KERNEL.format(name="lock_released") + HOLDER)
+    second.write_text(KERNEL.format(name="lock_released") + SECOND)
+    holder = subprocess.Popen([sys.executable, str(first)], env=_env(cache), cwd=tmp_path, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "DONE", holder.stderr.read() if holder.poll() is not None else ""
+        t = time.monotonic()
+        done = subprocess.run([sys.executable, str(second)], env=dict(_env(cache), EAGLE_COMPILE_WAIT="2"),
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout.splitlines()[-1]) == {"same": True}
+        assert time.monotonic() - t < 60
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+
+
+@pytest.mark.parametrize("where, why", [("file", "a file is there"), ("under-file", "a part of the path is a file"),
+                                        ("sys", "Operation not permitted")])
+def test_a_cache_dir_that_cannot_be_made_names_eagle_cache_dir(tmp_path, monkeypatch, where, why):
+    f = tmp_path / "a-file"
+    f.write_text("not a directory")
+    target = {"file": str(f), "under-file": str(f / "cache"), "sys": "/sys/eagle-cache-probe"}[where]
+    monkeypatch.setenv("EAGLE_CACHE_DIR", target)
+    with pytest.raises(OSError, match=rf"cache cannot be made at '{target}' \({why}\): EAGLE_CACHE_DIR='{target}'; "
+                                      r"set EAGLE_CACHE_DIR to a directory of your own") as e:
+        eagle.cache.cache_dir()
+    assert isinstance(e.value, (NotADirectoryError, PermissionError)) and len(str(e.value)) < 300 + len(target) * 2

@@ -93,10 +93,14 @@ def test_numpy_mode_keys_start_with_the_kernel_name(client, monkeypatch, shm):
                                                          for k, v in d.items()}))
         same_as_numpy(K.as_dict(plugin, out), reference(d))
         assert keys, "the run added no task"
+        left = client.run_on_scheduler(lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks])
+        assert not [k for k in left if k.startswith(f"{plugin.name}-eagle-")], f"held after the run: {left}"
         prefixes = {key_split(k) for k in keys}
         assert all(pref.startswith(f"{plugin.name}-eagle-") for pref in prefixes), prefixes
         groups[name] = prefixes
     assert f"oscillator-eagle-block" in groups["oscillator"]
+    # through the messages, each block's share of the sliced planes is sent to its worker on its own
+    assert ("oscillator-eagle-share" in groups["oscillator"]) == (shm == "0"), groups["oscillator"]
     expected = {"stencil-eagle-block"} | ({"stencil-eagle-planes"} if shm == "0" else set())
     assert groups["stencil"] == expected, groups["stencil"]
     assert not groups["oscillator"] & groups["stencil"]

@@ -114,6 +114,7 @@ BODY = {
     "picky": [r"setp\.lt\.f64", r"sqrt\.rn\.f64"],
     "slow_neighbours": [r"rem\.s64", r"mul\.rn\.f64", r"st\.global\.f64"],   # x[(i + k) % n] * 0.5
     "interp": [r"setp\.le\.f64", r"div\.rn\.f64", r"st\.global\.f64"],  # xs[mid] <= xi; the slope
+    "slow_sine": [r"cvt\.rn\.f64\.s64", r"mul\.rn\.f64", r"st\.global\.f64"],  # x[i] + k; 0.5 * sin(...)
 }
 
 #: math functions that come from libdevice, whose own code uses fma.rn.f64

@@ -86,6 +86,19 @@ def same_bits_on(client):
     return K.same_bits(ref, got)
 
 
+def private_places(client):
+    """The directories holding the scheduler's and each worker's files: each fresh, yours, mode 0700."""
+    dirs = list(client.run(lambda dask_worker: dask_worker.local_directory).values())
+    dirs.append(client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.local_directory))
+    places = sorted({os.path.dirname(os.path.dirname(d)) if "dask-scratch-space" in d else None for d in dirs})
+    assert None not in places and len(places) == len(dirs), dirs           # one per process, not shared
+    for p in places:
+        st = os.lstat(p)
+        assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid(), p
+        assert os.path.basename(p).startswith("eagle-dask-"), p
+    return places
+
+
 # -- local_cluster -------------------------------------------------------------------------
 def test_local_cluster_refuses_intruders_and_serves_its_client(tmp_path):
     client = eagle_dask.local_cluster(n_workers=2, threads_per_worker=1)
@@ -271,6 +284,10 @@ def test_initialize_under_mpi_refuses_intruders(tmp_path):
     assert_all_refused(attempts, markers, ports, HOSTILE, http, dask_ports=3)   # scheduler, 2 workers
     assert res["same"] is True
     assert len(res["workers"]) == 2
+    places = res["places"]                  # each rank's files in a 0700 directory of its own, removed at exit
+    assert len(places) == 3 and all(d.count("/dask-scratch-space/") == 1 for d in res["dirs"]), res["dirs"]
+    assert all(os.path.basename(p).startswith("eagle-dask-") and int(m, 8) == 0o40700 for p, m in places.items())
+    assert [p for p in places if os.path.exists(p)] == []
 
 
 def _cluster(tmp_path, *flags):
@@ -280,7 +297,8 @@ def _cluster(tmp_path, *flags):
     while not sched.exists() and proc.poll() is None and time.monotonic() < end:
         time.sleep(0.2)
     assert sched.exists(), proc.stdout.read() if proc.poll() is not None else "no scheduler file"
-    with eagle_dask.connect(sched) as client:          # the workers join after the file is written
+    plain = "--no-tls" in flags
+    with eagle_dask.connect(sched, security=False if plain else None) as client:   # workers join after the file
         client.wait_for_workers(2, timeout=180)
     return proc, sched
 
@@ -310,9 +328,11 @@ def test_cluster_command_refuses_intruders_and_connect_gets_in(tmp_path):
                                            "control")
             assert [a["how"] for a in attempts if a["ok"]] == ["client", "raw"], attempts
             assert len(markers) == 2 + 1 + 1 + 1, markers    # run on both workers, submit, scheduler, raw
+            places = private_places(client)
             client.shutdown()
         assert proc.wait(timeout=120) == 0, proc.stdout.read()
         assert not sched.exists() and not os.path.exists(creds)
+        assert [p for p in places if os.path.exists(p)] == []      # each rank's directory removed at the end
     finally:
         _stop(proc)
 
@@ -325,7 +345,8 @@ def test_info_uses_the_credentials_and_aligns_its_columns(tmp_path, plain):
         assert os.path.exists(tls.credentials_path(sched)) is not plain
         scheme = "tcp" if plain else "tls"
         assert json.loads(sched.read_text())["address"].startswith(f"{scheme}://127.0.0.1:")
-        out = subprocess.run([sys.executable, "-m", "eagle_dask", "info", "--scheduler-file", str(sched)],
+        out = subprocess.run([sys.executable, "-m", "eagle_dask", "info", "--scheduler-file", str(sched),
+                              *(["--no-tls"] if plain else [])],
                              capture_output=True, text=True, timeout=180, cwd=ROOT, env=loopback_env())
         assert out.returncode == 0, out.stdout + out.stderr
         lines = out.stdout.splitlines()
@@ -335,7 +356,7 @@ def test_info_uses_the_credentials_and_aligns_its_columns(tmp_path, plain):
         for col in ("name", "host", "address", "GPU"):     # each header starts where its column does
             at = table[0].index(col)
             assert all(row[at - 2:at] == "  " and row[at] != " " for row in table[1:]), table
-        with eagle_dask.connect(sched) as client:
+        with eagle_dask.connect(sched, security=False if plain else None) as client:
             client.shutdown()
         assert proc.wait(timeout=120) == 0
     finally:

@@ -12,6 +12,7 @@ import glob
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -219,7 +220,7 @@ def test_lazy_plane_refused():
     class Lazy:
         def __len__(self):
             return 3
-    with pytest.raises(TypeError, match="plane 'x' of kernel 'walker' is a Lazy: run_until_done takes numpy"):
+    with pytest.raises(TypeError, match="plane 'x' of kernel 'walker' is a Lazy: run_until_done takes numpy planes here"):
         _host(U.walker).run_until_done(max_steps=5, **{**U.inputs("walker", 3), "x": Lazy()})
 
 
@@ -276,6 +277,135 @@ def test_dask_partition_same_bits(client, want, workers):
     assert_all_same(U.run_all(structure), want)
 
 
+def _uneven(n):
+    """Chunks of 1, 2, 3, ... samples, the last one what is left."""
+    sizes, k = [], 1
+    while sum(sizes) < n:
+        sizes.append(min(k, n - sum(sizes)))
+        k += 1
+    return tuple(sizes) or (0,)
+
+
+@pytest.mark.parametrize("workers, chunks", [(1, 7), (3, 16), (2, _uneven), (3, 1000)])
+def test_dask_lazy_planes_same_bits(client, want, workers, chunks):
+    """Dask planes in any chunking: the same bits as plain Python, the result dask arrays."""
+    from eagle_dask import DaskPartition
+    names = [r.name for r in DaskPartition.on(client).ranks(gpus=False).values()][:workers]
+    structure = DaskPartition.on(client, workers=names, progress=False, min_block=1)
+    assert_all_same(U.run_all(structure, chunks=chunks), want)
+
+
+def test_dask_lazy_result_stays_on_the_cluster(client):
+    """The result's planes, status, steps and cells are dask arrays whose keys the cluster holds
+    (persisted): computing them runs nothing again; the caller's dask planes are unchanged."""
+    import dask
+    from distributed import futures_of
+    from eagle_dask import DaskPartition
+    planes = U.inputs("walker", 101)
+    given = U.lazy("walker", planes, 10)
+    before = given["x"].compute()
+    r = eplan.plan(U.walker, structure=DaskPartition.on(client, progress=False)).run_until_done(max_steps=400,
+                                                                                              **given)
+    for v in (*r.planes.values(), r.status, r.steps, *r.contributions.values()):
+        assert isinstance(v, dask.array.Array) and futures_of(v), v
+    assert r.cells["hits"].shape == ()
+    assert r.planes["x"].chunks == r.status.chunks == given["x"].chunks
+    assert same_bits(given["x"].compute(), before) and same_bits(before, planes["x"])
+
+
+def test_dask_lazy_rounds_are_cut_evenly_over_the_workers(client, monkeypatch):
+    """Each round's running samples run as one block per worker, evenly cut, wherever they lie
+    and whatever ``min_block`` (the default here): a tail held in one chunk is spread over all
+    three workers."""
+    from eagle_dask import DaskPartition
+    from eagle_dask import arrays
+    blocks = []
+    real = arrays.block_sizes
+
+    def spy(*args, **kwargs):
+        blocks.append(real(*args, **kwargs))
+        return blocks[-1]
+
+    monkeypatch.setattr(arrays, "block_sizes", spy)
+    planes = U.inputs("walker", 300)
+    planes["x"][:250] = 1.0                       # the first 250 start next to the absorbing 0
+    planes["x"][250:] = 5.0
+    structure = DaskPartition.on(client, progress=False)
+    eplan.plan(U.walker, structure=structure).run_until_done(max_steps=400, **U.lazy("walker", planes, 100))
+    later = [b for b in blocks if 0 < sum(b) < 300]
+    assert later, blocks
+    for b in later:
+        assert len(b) <= 3 and max(b) <= -(-sum(b) // 3), b
+
+
+def test_dask_lazy_rounds_with_no_running_worker_end_in_bounded_time():
+    """Every worker paused mid-run: run_until_done's wait for a round ends in eagle's TimeoutError
+    after ``timeout`` seconds, not never; the cluster then serves the same run with the same bits."""
+    import threading
+    import eagle_dask
+    from eagle_dask import DaskPartition
+    from tests.test_dask_faults import set_status
+    planes = U.inputs("walker", 101)
+    with eagle_dask.local_cluster(n_workers=2, memory_limit=0) as c:
+        c.wait_for_workers(2, timeout=120)
+        p = eplan.plan(U.walker, structure=DaskPartition.on(c, progress=False, timeout=2))
+        box = {}
+
+        def run():
+            t = time.monotonic()
+            try:
+                p.run_until_done(max_steps=400, round_steps=1, **U.lazy("walker", planes, 10))
+            except BaseException as e:          # noqa: BLE001 - judged below
+                box["error"] = e
+            box["seconds"] = time.monotonic() - t
+        set_status(c, "paused")
+        try:
+            th = threading.Thread(target=run, daemon=True)
+            th.start()
+            th.join(60)
+        finally:
+            set_status(c, "running")
+        assert not th.is_alive(), "run_until_done hung with every worker paused"
+        err = box.get("error")
+        assert isinstance(err, TimeoutError) and "'walker'" in str(err) and "no running worker for 2 s" in str(err), \
+            repr(err)
+        assert box["seconds"] < 30
+        got = U.flat(p.run_until_done(max_steps=400, **U.lazy("walker", planes, 10)))
+    assert_all_same({"k": got}, {"k": U.flat_reference(U.reference(U.walker, planes, 400))})
+
+
+def _page_recipe():
+    """The zarr recipe of docs/until_done.md, as the page has it (the block after its marker)."""
+    with open(os.path.join(ROOT, "docs", "until_done.md")) as f:
+        page = f.read()
+    after = page.split("<!-- the recipe below is run by tests/test_until_done.py -->", 1)[1]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_zarr_recipe_of_the_page_resumes_to_one_longer_runs_bits(client, tmp_path):
+    """The page's recipe, run as written (caps and chunks made small, each substitution matching
+    once): written to zarr after 7 steps, read back, continued to 400: one 400-step run's bits."""
+    pytest.importorskip("zarr")
+    from eagle_dask import DaskPartition
+    code = _page_recipe()
+    for old, new in (("max_steps=1000", "max_steps=7"), ("max_steps=5000", "max_steps=400"),
+                     ("chunks=100_000", "chunks=10"), ("], 100_000)", "], 10)"),
+                     ('"/scratch/me/walk.zarr"', repr(str(tmp_path / "walk.zarr")))):
+        assert code.count(old) == 1, old
+        code = code.replace(old, new)
+    planes = U.inputs("walker", 101)
+    params = {k: planes[k] for k in ("seed", "up", "bias")}
+    ns = {"DaskPartition": DaskPartition, "client": client, "eplan": eplan, "walker": U.walker,
+          "start": planes["x"], "params": params}
+    exec(compile(code, "docs/until_done.md", "exec"), ns)
+    assert (tmp_path / "walk.zarr").is_dir()
+    first = U.flat(ns["p"].run_until_done(max_steps=7, **U.lazy("walker", planes, 10)))
+    assert (first["status"] == CAPPED).any()            # the first session left samples to continue
+    with pytest.raises(ValueError, match="give an absolute path every worker sees"):
+        ns["save"](ns["r"], "walk.zarr")
+    assert_all_same({"k": U.flat(ns["r"])}, {"k": U.flat_reference(U.reference(U.walker, planes, 400))})
+
+
 def test_rounds_run_only_the_samples_still_running(monkeypatch):
     """Each round runs the samples not yet done (16 steps, then 4x the last), as counted from the
     reference's steps: finished samples stop costing."""
@@ -307,5 +437,5 @@ def test_dask_array_plane_refused():
     planes = U.inputs("walker", 40)
     planes["x"] = da.from_array(planes["x"], chunks=16)
     with pytest.raises(TypeError, match="plane 'x' of kernel 'walker' is a Array: run_until_done takes numpy planes "
-                                        r"\(a lazy Dask array: compute it"):
+                                        r"here \(dask arrays: run the plan on DaskPartition"):
         _host(U.walker).run_until_done(max_steps=5, **planes)

@@ -107,7 +107,13 @@ def reference(kernel, planes, max_steps, done="done", steps=None, contrib=None):
 
 
 def flat(result):
-    """A run_until_done result as one dict of arrays (planes, status, steps, cells)."""
+    """A run_until_done result as one dict of arrays (planes, status, steps, cells); a result of
+    dask arrays is computed first (one ``dask.compute``)."""
+    if any(hasattr(v, "dask") for v in result.planes.values()):
+        import dask
+        from eagle.until_done import UntilDone
+        parts = dask.compute(result.planes, result.status, result.steps, result.cells, result.contributions)
+        result = UntilDone(result.kernel, *parts, result.arguments)
     out = {f"plane/{k}": np.asarray(v) for k, v in result.planes.items()}
     out.update({f"cell/{k}": np.asarray(v) for k, v in result.cells.items()})
     out["status"], out["steps"] = result.status, result.steps
@@ -127,16 +133,35 @@ RUNS = (("walker", 0, 50, None), ("walker", 1, 400, None), ("walker", 101, 400, 
         ("kepler", 53, 60, None), ("kepler", 53, 3, 1), ("planar", 45, 30, None))
 
 
-def run_all(structure, **plan_kw):
-    """Every RUNS entry, and a resumed run, through ``structure``: {key: flat result}."""
+def lazy(name, planes, chunks):
+    """``planes`` of case ``name`` with every sample plane a dask array of ``chunks`` along samples
+    (an int, or a function of n giving the chunk sizes); Params and Tables as they are."""
+    import dask.array as da
+    kinds = {nm: r.kind for r, nm in CASES[name].arg_spec}
+    out = {}
+    for nm, v in planes.items():
+        if kinds[nm] in ("In", "Out", "Mutable"):
+            c = chunks(len(v)) if callable(chunks) else chunks
+            v = da.from_array(v, chunks=(c,) + v.shape[1:])
+        out[nm] = v
+    return out
+
+
+def run_all(structure, chunks=None, **plan_kw):
+    """Every RUNS entry, and a resumed run, through ``structure``: {key: flat result} (``chunks``:
+    the planes as dask arrays so chunked, see ``lazy``)."""
     from eagle import plan as eplan
+
+    def given(name, n):
+        planes = inputs(name, n)
+        return planes if chunks is None else lazy(name, planes, chunks)
     out = {}
     for name, n, cap, rounds in RUNS:
         p = eplan.plan(CASES[name], structure=structure, **plan_kw)
-        got = p.run_until_done(max_steps=cap, round_steps=rounds, **inputs(name, n))
+        got = p.run_until_done(max_steps=cap, round_steps=rounds, **given(name, n))
         out[f"{name}/{n}/{cap}/{rounds}"] = flat(got)
     p = eplan.plan(walker, structure=structure, **plan_kw)
-    first = p.run_until_done(max_steps=7, **inputs("walker", 101))
+    first = p.run_until_done(max_steps=7, **given("walker", 101))
     out["walker/101/resume"] = flat(p.run_until_done(max_steps=400, resume=first))
     return out
 

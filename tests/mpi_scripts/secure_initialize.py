@@ -24,5 +24,9 @@ if __name__ == "__main__":
     while not os.path.exists(sys.argv[1]) and time.monotonic() < end:
         time.sleep(0.2)
     alive = sorted(client.run(os.getpid))      # the workers still serve their own client
+    dirs = list(client.run(lambda dask_worker: dask_worker.local_directory).values())
+    dirs.append(client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.local_directory))
+    places = {os.path.dirname(os.path.dirname(d)): oct(os.lstat(os.path.dirname(os.path.dirname(d))).st_mode)
+              for d in dirs}
     print("RESULT " + json.dumps({"same": K.same_bits(ref, got), "scheduler": client.scheduler.address,
-                                  "workers": alive}), flush=True)
+                                  "workers": alive, "dirs": dirs, "places": places}), flush=True)

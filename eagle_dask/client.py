@@ -1,0 +1,48 @@
+"""The client eagle's clusters hand out (``local_cluster``, ``connect``, ``initialize``).
+
+A ``distributed.Client`` whose ``close`` first ends every computation still waiting on it with
+eagle's reason: a lazy run's output is computed by the user's own ``.compute()``, where no eagle
+code runs, and distributed alone says only ``cancelled for reason: unknown``.
+"""
+from __future__ import annotations
+
+from distributed import Client
+
+from .keys import kernel_of
+
+#: the reason a computation still waiting when its client closed is given
+CLOSED_REASON = "the eagle client closed"
+
+
+def closed_message(keys) -> str:
+    """What a computation that was still waiting on ``keys`` when its client closed is told."""
+    kernels = sorted({k for k in map(kernel_of, keys) if k is not None})
+    which = f" (kernel {', '.join(repr(k) for k in kernels)})" if kernels else ""
+    return (f"eagle_dask: the client was closed (client.close(), or the end of its `with` block) while "
+            f"this result{which} was computed; nothing of it is kept: compute it again with a client "
+            f"that stays open until the result is back")
+
+
+class EagleClient(Client):
+    """``distributed.Client``; on ``close``, whatever is still pending ends in a
+    ``FutureCancelledError`` whose reason and message say the client closed and what to do."""
+
+    def close(self, *args, **kwargs):
+        if self.status not in ("closing", "closed") and getattr(self, "futures", None):
+            try:
+                self.sync(self._eagle_end_pending)
+            except Exception:  # noqa: BLE001 - the close goes on; distributed's own reason then
+                pass
+        return super().close(*args, **kwargs)
+
+    async def _eagle_end_pending(self):
+        # on the client's loop, where a FutureState may be touched; popped, so distributed's
+        # release at close does not cancel them again without a reason
+        pending = [k for k, st in list(self.futures.items()) if st.status == "pending"]
+        if not pending:
+            return
+        msg = closed_message(pending)
+        for k in pending:
+            st = self.futures.pop(k, None)
+            if st is not None:
+                st.cancel(reason=CLOSED_REASON, msg=msg)
