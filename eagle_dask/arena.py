@@ -15,26 +15,39 @@ so a second run touches pages every process has already faulted in.
   blocks ran again (a dead, silent or moved worker) -- retires the arena at once instead of giving
   its regions back: a block of it may still be running somewhere and write into its regions, which
   must never be a later run's.
+* A block the scheduler ran again while its run went on (its worker declared dead after it had
+  finished) may still be writing when the run returns, unknown to the driver.  Each block holds
+  shared locks on the regions it writes while it writes (``eagle_dask.region_locks``); a run
+  that ends gives back only the regions no one holds a lock on, and *quarantines* the others:
+  each later ``reserve`` asks again, without waiting, and takes them back once free.  The run
+  itself returns at once.
+* Each run's lease is a slot of the arena's first ``LEASE_BYTES`` (never a plane's region): a
+  token unique in this process, which the run clears when it ends; a block reads it (after it
+  took its locks) and refuses when it is not its run's (``eagle_dask.shm.RunEnded``).
 * ``close_arena`` retires the arena now; interpreter exit unlinks it (``eagle_dask.shm``'s exit hook).
 * ``EAGLE_DASK_ARENA=0`` turns the arena off: every run makes fresh segments.
 """
 from __future__ import annotations
 
+import itertools
 import os
-import secrets
 import threading
 
 import numpy as np
 
-from .shm import SHM_DIR, Region, _create, _unlink
+from . import region_locks
+from .shm import SHM_DIR, Region, _create, _open_checked, _unlink
 
 #: every region starts at a multiple of this (a cache line; a 512-bit vector)
 ALIGN = 64
 #: the smallest arena made (bytes)
 MIN_SIZE = 1 << 20
+#: the arena's first bytes: the runs' leases, 8 bytes each, never a plane's region
+LEASE_BYTES = 4096
 
 _LOCK = threading.Lock()
 _CURRENT = None
+_TOKENS = itertools.count(1)     # a run's lease: never the same twice in this process
 
 
 def enabled() -> bool:
@@ -48,30 +61,43 @@ def aligned(nbytes: int) -> int:
 
 
 class Arena:
-    """One segment and its free spans (``free``: sorted ``[offset, size]``); ``users``: the runs
-    holding regions in it; ``retired``: unlinked once ``users`` falls to 0."""
+    """One segment and its free spans (``free``: sorted ``[offset, size]``); ``held``: spans of
+    ended runs a block still locks (quarantined); ``slots``: the free lease slots; ``users``: the
+    runs holding regions in it; ``retired``: unlinked once ``users`` falls to 0.  ``fd``: the
+    driver's own open file description of it, for the lock checks."""
 
     def __init__(self, size):
         self.seg, self.buf = _create(size)
         self.path = os.path.join(SHM_DIR, self.seg.name)
+        self.fd = _open_checked(self.seg, os.O_RDWR)
         self.size = self.seg.size
-        self.free = [[0, self.size]]
+        self.free = [[LEASE_BYTES, self.size - LEASE_BYTES]]
+        self.held = []
+        self.slots = list(range(LEASE_BYTES // 8 - 1, -1, -1))
         self.users = 0
         self.retired = False
 
     def carve(self, sizes):
-        """Offsets of regions of ``sizes`` (each ``aligned``), all or none (None: they do not fit)."""
+        """(offsets of regions of ``sizes``, each ``aligned``, a lease slot), all or none (None:
+        they do not fit, or no slot is free)."""
         free = [list(s) for s in self.free]
         offsets = []
         for size in map(aligned, sizes):
             span = next((s for s in free if s[1] >= size), None)
-            if span is None:
+            if span is None or not self.slots:
                 return None
             offsets.append(span[0])
             span[0] += size
             span[1] -= size
         self.free = [s for s in free if s[1] > 0]
-        return offsets
+        return offsets, self.slots.pop()
+
+    def settle(self, spans):
+        """The spans ``[(offset, aligned size)]`` of an ended run: those no block locks given back,
+        the others quarantined; the quarantined ones asked again, given back once free."""
+        free, held = region_locks.unlocked(self.fd, [*self.held, *spans])
+        self.held = held
+        self.give_back(free)
 
     def give_back(self, spans):
         """Spans ``[(offset, size)]`` free again, merged with their neighbours."""
@@ -89,23 +115,30 @@ class Arena:
 
 
 def _retire(arena):
-    """Called with ``_LOCK`` held: ``arena`` no longer carves; unlinked when no run holds it."""
+    """Called with ``_LOCK`` held: ``arena`` no longer carves; unlinked when no run holds it
+    (a block still running keeps its mapping; no run is ever given its regions again)."""
     global _CURRENT
     arena.retired = True
     if _CURRENT is arena:
         _CURRENT = None
     if arena.users == 0:
         _unlink(arena.path)
+        if arena.fd is not None:
+            os.close(arena.fd)
+            arena.fd = None
 
 
 def reserve(sizes):
-    """(the arena, offsets) of a run's regions of ``sizes``, a new larger arena when they do not fit."""
+    """(the arena, offsets of a run's regions of ``sizes``, its lease slot), a new larger arena
+    when they do not fit; quarantined regions (``Arena.settle``) asked again first."""
     global _CURRENT
     with _LOCK:
         arena = _CURRENT
-        offsets = arena.carve(sizes) if arena is not None else None
-        if offsets is None:
-            need = sum(map(aligned, sizes))
+        if arena is not None and arena.held:
+            arena.settle([])
+        got = arena.carve(sizes) if arena is not None else None
+        if got is None:
+            need = LEASE_BYTES + sum(map(aligned, sizes))
             size = max(MIN_SIZE, 2 * arena.size if arena is not None else 0)
             while size < need:
                 size *= 2
@@ -113,17 +146,20 @@ def reserve(sizes):
             if arena is not None:
                 _retire(arena)
             _CURRENT = arena = new
-            offsets = arena.carve(sizes)
+            got = arena.carve(sizes)
         arena.users += 1
-        return arena, offsets
+        return (arena, *got)
 
 
-def release(arena, spans, clean):
-    """A run's regions ``spans`` given back (``clean``), or its arena retired (see the docstring)."""
+def release(arena, spans, clean, slot=None):
+    """A run's regions ``spans`` ``[(offset, size)]`` given back (``clean``) but for those a block
+    still locks (quarantined), or its arena retired (see the docstring); its lease ``slot`` free."""
     with _LOCK:
         arena.users -= 1
+        if slot is not None:
+            arena.slots.append(slot)
         if clean and not arena.retired:
-            arena.give_back(spans)
+            arena.settle([(o, aligned(s)) for o, s in spans])
         else:
             _retire(arena)
 
@@ -144,18 +180,17 @@ def current():
 class ArenaRun:
     """One run's regions in the arena, reserved at once: ``put`` hands them out in the order of
     ``sizes`` (a ``Region`` and the driver's view); ``close(clean)`` gives them back.  ``lease``:
-    (a region of its own, a random token written there) -- a block checks the token before it
-    touches the run's regions, and ``close`` clears it first, so a block of this run that the
-    scheduler starts again after the run ended (its finished result lost with a worker) refuses
-    instead of writing into regions a later run holds."""
+    (the run's slot, its token) -- a block takes its locks, then checks the token before it
+    touches the run's regions; ``close`` clears the token, then asks which regions are locked."""
 
     def __init__(self, sizes):
-        self.sizes = list(sizes) + [8]
-        self.arena, self.offsets = reserve(self.sizes)
-        token = secrets.randbits(63) | 1
-        self.token_view = self.arena.view(self.offsets[-1], np.int64, (1,))
+        self.sizes = list(sizes)
+        self.arena, self.offsets, slot = reserve(self.sizes)
+        self.slot = slot
+        token = next(_TOKENS)
+        self.token_view = self.arena.view(8 * slot, np.int64, (1,))
         self.token_view[0] = token
-        self.lease = (Region(self.arena.seg, self.offsets[-1], aligned(8)), token)
+        self.lease = (Region(self.arena.seg, 8 * slot, 8), token)
         self.taken = 0
         self.closed = False
 
@@ -169,13 +204,28 @@ class ArenaRun:
         return Region(self.arena.seg, at, aligned(size)), view
 
     def close(self, clean=False):
+        """The run's end.  Order matters, on both sides: a block takes its shared locks *then*
+        reads the token (``eagle_dask.shm.SharedPlanes.open``); here the token is cleared *then*
+        each region's lock is asked for (``release``).  Both lock requests go through the kernel's
+        lock list of the segment under its lock, so one comes first: if the block's, the driver
+        sees its lock and quarantines the region (held until the block closes its descriptor);
+        if the driver's, the cleared token was stored before it, and the block, reading it after
+        its own request, finds it cleared and refuses before writing.  A block that is done
+        dropped its locks after its last write.  So no region is given back while a block that
+        passed the check can still write into it, and the run does not wait for any block."""
         if not self.closed:
             self.closed = True
             self.token_view[0] = 0
-            release(self.arena, list(zip(self.offsets, self.sizes)), clean)
+            release(self.arena, list(zip(self.offsets, self.sizes)), clean, self.slot)
 
 
 def in_use() -> int:
     """Bytes of the current arena held by runs (0 when none, or no arena)."""
     with _LOCK:
-        return 0 if _CURRENT is None else _CURRENT.size - sum(size for _, size in _CURRENT.free)
+        return 0 if _CURRENT is None else _CURRENT.size - LEASE_BYTES - sum(size for _, size in _CURRENT.free)
+
+
+def quarantined() -> list:
+    """The current arena's regions ``[(offset, size)]`` of ended runs that a block still locks."""
+    with _LOCK:
+        return [] if _CURRENT is None else sorted(_CURRENT.held)

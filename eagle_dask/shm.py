@@ -68,6 +68,8 @@ import numpy as np
 
 from eagle.rows import row_span
 
+from . import region_locks
+
 #: where segments live (a tmpfs on Linux)
 SHM_DIR = "/dev/shm"
 PREFIX = "eagle-"
@@ -206,14 +208,14 @@ def _refused(path, why):
                           "EAGLE_DASK_SHM=0 on the driver")
 
 
-def _map(seg):
-    """The mmap of segment ``seg``, opened by name once and checked (see the module docstring)."""
+def _open_checked(seg, flags):
+    """An fd of segment ``seg`` opened by name (``O_NOFOLLOW``) and checked against it (see the
+    module docstring); ``FileNotFoundError`` when the name is gone."""
     path = os.path.join(SHM_DIR, seg.name)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise Elsewhere(f"shared memory segment {path} is not on this worker's host (or its run ended); "
-                        "set EAGLE_DASK_SHM=0 on the driver if the host ids of two machines agree") from None
+        raise
     except OSError as e:
         raise _refused(path, "is a symbolic link" if e.errno == errno.ELOOP else f"cannot be opened ({e.strerror})") \
             from None
@@ -221,11 +223,45 @@ def _map(seg):
         why = _mismatch(os.fstat(fd), seg)
         if why is not None:
             raise _refused(path, why)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _map(seg):
+    """The mmap of segment ``seg``, opened by name once and checked (see the module docstring)."""
+    try:
+        fd = _open_checked(seg, os.O_RDWR)
+    except FileNotFoundError:
+        raise Elsewhere(f"shared memory segment {os.path.join(SHM_DIR, seg.name)} is not on this worker's host (or "
+                        "its run ended); set EAGLE_DASK_SHM=0 on the driver if the host ids of two machines agree") \
+            from None
+    try:
         OPENED.append(seg.name)
         OPENS.append(seg.name)
         return mmap.mmap(fd, seg.size)
     finally:
         os.close(fd)
+
+
+def lock_regions(seg, spans):
+    """A block's own open file description of the arena ``seg``, holding shared locks on the
+    ``spans`` it will write (``eagle_dask.region_locks``); None when the arena's name is gone --
+    retired, so no run is given its regions again.  Raises ``RunEnded`` when the driver is
+    taking one of them back (their run has ended)."""
+    try:
+        fd = _open_checked(seg, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        if not region_locks.hold(fd, spans):
+            raise RunEnded(f"the driver is taking back this block's regions of the arena {seg.name}: its run has "
+                           "ended, and it reads and writes nothing")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def open_segment(seg, dtype, shape):
@@ -349,9 +385,32 @@ class SharedPlanes:
                     maps[ref] = view(ref, dtype, shape)
         block = MappedBlock(start, stop, {cell: (ref, view(ref, np.float64, (total, 2)))
                                           for cell, (ref, total) in self.rows.items()})
-        if self.lease is not None and int(view(self.lease[0], np.int64, (1,))[0]) != self.lease[1]:
+        try:
+            block.lock = self._lease(view, start, stop)
+            self._fill(block, maps, view, start, stop)
+        except BaseException:
+            block.close()
+            raise
+        return block
+
+    def _lease(self, view, start, stop):
+        """In the arena: shared locks on the regions this block writes, *then* the run's token
+        checked (the order ``eagle_dask.arena.ArenaRun.close`` relies on); the locks' fd."""
+        if self.lease is None:
+            return None
+        seg = self.lease[0].seg
+        writes = [ref for _, ref, *_ in self.planes.values()] + [ref for ref, _ in self.rows.values()]
+        writes += [self.started[0]] if self.started is not None else []
+        fd = lock_regions(seg, [(r.offset, r.nbytes) for r in writes if isinstance(r, Region) and r.seg == seg])
+        if int(view(self.lease[0], np.int64, (1,))[0]) != self.lease[1]:
+            if fd is not None:
+                os.close(fd)
             raise RunEnded(f"the block of samples [{start}, {stop}) belongs to a run that has ended: it reads and "
                            "writes nothing (its regions of the arena may be another run's)")
+        return fd
+
+    def _fill(self, block, maps, view, start, stop):
+        """The block's planes in ``block``, the outputs' shares set to their initial values."""
         if self.started is not None:            # Mutables written in place, not staged: first start only
             flags = view(self.started[0], np.uint8, (self.started[1],))
             if flags[start]:
@@ -369,7 +428,6 @@ class SharedPlanes:
             elif src is not None:               # staged; else the region holds the initial values itself
                 out[start:stop] = src[start:stop]
             block.in_place[name] = out[start:stop] if is_sliced else out
-        return block
 
 
 class MappedBlock:
@@ -377,11 +435,18 @@ class MappedBlock:
     ``whole`` inputs, outputs written ``in_place``, and the cells' rows (``rows[cell] = (segment,
     its mapping)``, written by ``write_rows``)."""
 
-    __slots__ = ("start", "stop", "sliced", "whole", "in_place", "rows")
+    __slots__ = ("start", "stop", "sliced", "whole", "in_place", "rows", "lock")
 
     def __init__(self, start, stop, rows):
         self.start, self.stop, self.rows = start, stop, rows
         self.sliced, self.whole, self.in_place = {}, {}, {}
+        self.lock = None            # the fd holding its locks on the arena's regions it writes
+
+    def close(self):
+        """The block wrote its last byte (or failed): its locks dropped (``SharedPlanes._lease``)."""
+        if self.lock is not None:
+            os.close(self.lock)
+            self.lock = None
 
     def write_rows(self, rows):
         """The row partials of the block's samples into the cells' segments, through the mappings."""

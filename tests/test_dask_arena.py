@@ -10,6 +10,13 @@ file under its name.  Bits are those of one process (``HostTeam``) throughout.
 from __future__ import annotations
 
 import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -67,45 +74,45 @@ def clear(client):
 # -- the allocator ---------------------------------------------------------------------------------
 def test_regions_are_aligned_disjoint_and_given_back():
     sizes = [0, 1, 63, 64, 65, 8 * 1000, 3 * 8 * 31, 12345]
-    a, offsets = arena.reserve(sizes)
+    a, offsets, slot = arena.reserve(sizes)
     try:
         spans = sorted(zip(offsets, sizes))
         for (o1, s1), (o2, _) in zip(spans, spans[1:]):
             assert o1 + max(s1, 1) <= o2, f"regions [{o1}, +{s1}) and [{o2}, ...) overlap"
         assert all(o % 64 == 0 for o in offsets), offsets
-        assert max(o + s for o, s in spans) <= a.size
+        assert max(o + s for o, s in spans) <= a.size and min(offsets) >= arena.LEASE_BYTES, "a region in the leases"
         # every region written with its own byte: each reads back whole
         for i, (o, s) in enumerate(zip(offsets, sizes)):
             a.view(o, np.uint8, (s,))[:] = i
         for i, (o, s) in enumerate(zip(offsets, sizes)):
             assert np.all(a.view(o, np.uint8, (s,)) == i), f"region {i} overwritten"
         assert arena.in_use() == sum(max(-(-s // 64) * 64, 64) for s in sizes)
-        b, again = arena.reserve([a.size // 2])            # fits beside the first run's regions
-        assert b is a and not set(again) & set(offsets)
-        arena.release(b, [(again[0], a.size // 2)], True)
+        b, again, slot_b = arena.reserve([a.size // 2])     # fits beside the first run's regions
+        assert b is a and not set(again) & set(offsets) and slot_b != slot
+        arena.release(b, [(again[0], a.size // 2)], True, slot_b)
     finally:
-        arena.release(a, list(zip(offsets, sizes)), True)
+        arena.release(a, list(zip(offsets, sizes)), True, slot)
     assert arena.in_use() == 0
-    assert a.free == [[0, a.size]], "the spans given back were not merged"
-    c, whole = arena.reserve([a.size])                      # all of it, in one piece
-    assert c is a and whole == [0]
-    arena.release(c, [(0, a.size)], True)
+    assert a.free == [[arena.LEASE_BYTES, a.size - arena.LEASE_BYTES]], "the spans given back were not merged"
+    c, whole, slot_c = arena.reserve([a.size - arena.LEASE_BYTES])     # all of it, in one piece
+    assert c is a and whole == [arena.LEASE_BYTES]
+    arena.release(c, [(whole[0], a.size - arena.LEASE_BYTES)], True, slot_c)
 
 
 def test_an_unclean_run_retires_the_arena_and_a_larger_one_grows_it():
-    a, offs = arena.reserve([1000])
+    a, offs, _ = arena.reserve([1000])
     name = a.seg.name
     assert ours() == [name] and os.stat(os.path.join(shm.SHM_DIR, name)).st_mode & 0o777 == 0o600
-    b, offs_b = arena.reserve([4 * a.size])                 # does not fit: a new, larger arena
+    b, offs_b, _ = arena.reserve([4 * a.size])                 # does not fit: a new, larger arena
     assert b is not a and b.size >= 4 * a.size and arena.current() == b.seg
     assert os.path.exists(os.path.join(shm.SHM_DIR, name)), "unlinked while a run held regions in it"
     arena.release(a, [(offs[0], 1000)], True)
     assert ours() == [b.seg.name], "the replaced arena was not unlinked when its last run ended"
     arena.release(b, [(offs_b[0], 4 * a.size)], False)      # a run that raised: never reused
     assert ours() == [] and arena.current() is None
-    c, offs_c = arena.reserve([100])                         # no run holds it when it is replaced:
+    c, offs_c, _ = arena.reserve([100])                         # no run holds it when it is replaced:
     arena.release(c, [(offs_c[0], 100)], True)
-    d, offs_d = arena.reserve([4 * c.size])
+    d, offs_d, _ = arena.reserve([4 * c.size])
     assert d is not c and ours() == [d.seg.name], "a replaced arena no run held was not unlinked at once"
     arena.release(d, [(offs_d[0], 4 * c.size)], True)
     assert ours() == [d.seg.name] and arena.in_use() == 0 and arena.current() == d.seg
@@ -114,7 +121,7 @@ def test_an_unclean_run_retires_the_arena_and_a_larger_one_grows_it():
 def test_a_worker_checks_every_new_arena_id():
     """The cached mapping serves the same id only; another id under a known name is opened and
     checked again (a wrong inode refused), and the mapping of a replaced arena is dropped."""
-    a, _ = arena.reserve([1000])
+    a, _, _ = arena.reserve([1000])
     try:
         assert shm.arena_map(a.seg) is shm.arena_map(a.seg)
         forged = a.seg._replace(ino=a.seg.ino + 1)
@@ -122,7 +129,7 @@ def test_a_worker_checks_every_new_arena_id():
             shm.arena_map(forged)
         with pytest.raises(shm.ForeignSegment, match=r"holds \d+ bytes"):
             shm.arena_map(a.seg._replace(size=a.seg.size * 2))
-        b, _ = arena.reserve([8 * a.size])         # grown while a run still holds the old one
+        b, _, _ = arena.reserve([8 * a.size])         # grown while a run still holds the old one
         assert os.path.exists(os.path.join(shm.SHM_DIR, a.seg.name))
         shm.arena_map(b.seg)
         assert shm.arenas_mapped() == [b.seg.name], "the replaced arena is still mapped"
@@ -190,12 +197,165 @@ def test_a_block_of_a_run_that_ended_touches_nothing(monkeypatch):
     later = arena.ArenaRun([arena.in_use() + (1 << 16)])        # the next run: the same regions
     try:
         ref, mine = later.put((1 << 16,), np.uint8, np.full(1 << 16, 7, np.uint8))
-        assert ref.offset == 0
+        assert ref.offset == arena.LEASE_BYTES
         with pytest.raises(shm.RunEnded, match=r"samples \[0, 256\) belongs to a run that has ended"):
             run_block(plugin, eexec.HostTeam, 0, 0, n, n, {}, {}, params, {}, shared=shared)
         assert np.all(mine == 7), "the block of the ended run wrote into the next run's region"
     finally:
         later.close(True)
+
+
+# -- a block still writing when its run ends (eagle_dask.region_locks) ---------------------------------
+def _oscillator_run(n, seed):
+    """A ``SharedRun`` of the oscillator (omega In; x, v Mutables run in place; a cell's rows) on
+    this host, its planes placed: (run, its ``SharedPlanes``, the caller's arrays)."""
+    plugin = eagle.deploy(oscillator)
+    r = np.random.default_rng(seed)
+    d = {"omega": r.uniform(0.5, 2.0, n), "x": r.uniform(-1, 1, n), "v": r.uniform(-1, 1, n)}
+    bound = SimpleNamespace(values=dict(d), n=n)
+    run = SharedRun(_Client(), [], bound, dict(d), {}, {}, {"x", "v"}, plugin.sliceable, plugin.cells)
+    run.local = {"here"}
+    return run, run.for_block("here"), d
+
+
+def _spans(run):
+    """(the regions a block of ``run`` writes, the one it only reads) as ``(offset, bytes)``."""
+    written = [run.planes["x"][1], run.planes["v"][1], run.started[0][0], run.rows["energy"][0]]
+    return sorted((r.offset, r.nbytes) for r in written), (run.planes["omega"][0].offset, run.planes["omega"][0].nbytes)
+
+
+def _overlap(spans, others):
+    return [(a, b) for a in spans for b in others if a[0] < b[0] + b[1] and b[0] < a[0] + a[1]]
+
+
+def _locked_on(ino):
+    """The byte ranges ``[start, end]`` /proc/locks lists as OFD read locks on inode ``ino``."""
+    out = []
+    for line in Path("/proc/locks").read_text().splitlines():
+        f = line.split()
+        if "OFDLCK" in f and "READ" in f and int(f[-3].rsplit(":", 1)[1]) == ino:
+            out.append((int(f[-2]), int(f[-1])))
+    return out
+
+
+_HELD_BLOCK = """
+import pickle, sys
+import eagle, eagle.exec as eexec
+from eagle.models import oscillator
+from eagle_dask.task import run_block
+shared, n, params = pickle.load(sys.stdin.buffer)
+run_block(eagle.deploy(oscillator), eexec.HostTeam, 0, 0, n, n, {}, {}, params, {}, shared=shared)
+"""
+
+
+def test_a_block_still_writing_when_its_run_ends_keeps_its_regions_from_the_next_run():
+    """A block of a run in another process, stopped (SIGSTOP) after it began writing, while its
+    run ends: the run returns at once; the regions the block writes (and only those) are kept
+    from the next run, whose bits are numpy's although the block goes on writing during it; once
+    the block has ended, the next allocation takes them back."""
+    n = 200
+    run, shared, _ = _oscillator_run(n, 1)
+    written, read_only = _spans(run)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    held = subprocess.Popen([sys.executable, "-c", _HELD_BLOCK], stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env)
+    try:
+        held.stdin.write(pickle.dumps((shared, n, {"dt": 1e-3, "steps": 100_000_000})))
+        held.stdin.close()
+        flags = run.started[1]
+        deadline = time.monotonic() + 120
+        while not flags[0] and held.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert flags[0], f"the held block did not start: {held.poll()} {held.stderr.read()[-2000:]!r}"
+        held.send_signal(signal.SIGSTOP)                # past its check, writing its samples
+        ino = run.segments.arena.seg.ino
+        locks = _locked_on(ino)
+        assert all(any(a <= off and off + size - 1 <= b for a, b in locks) for off, size in written), \
+            f"the block does not lock every region it writes (/proc/locks: {locks}, regions {written})"
+        t0 = time.monotonic()
+        run.finish([])
+        run.close()
+        assert time.monotonic() - t0 < 1.0, "the run waited for the stopped block"
+        assert arena.quarantined() == written, "not exactly the regions the block writes were kept back"
+        assert read_only not in arena.quarantined()
+        nxt, nxt_shared, d2 = _oscillator_run(n, 2)
+        start2 = {k: np.copy(v) for k, v in d2.items()}             # d2's Mutables become the results
+        mine = [(o, arena.aligned(s)) for o, s in zip(nxt.segments.offsets, nxt.segments.sizes)]
+        assert not _overlap(written, mine), "the next run was given regions the running block writes"
+        params = {"dt": 1e-3, "steps": 300}
+        run_block(eagle.deploy(oscillator), eexec.HostTeam, 0, 0, n, n, {}, {}, params, {}, shared=nxt_shared)
+        held.send_signal(signal.SIGCONT)               # it goes on writing into its regions, then ends
+        assert held.wait(timeout=180) == 0, held.stderr.read()[-2000:]
+        assert arena.quarantined() == written                   # no one asked since
+        last = arena.ArenaRun([64])                             # the next allocation asks again
+        assert arena.quarantined() == [], "the regions were not taken back once the block ended"
+        last.close(True)
+        nxt.finish([(0, n)])
+        got = {"x": nxt.bound.values["x"], "v": nxt.bound.values["v"]}
+        nxt.close()
+    finally:
+        held.send_signal(signal.SIGCONT)
+        held.kill()
+        held.wait()
+    plugin = eagle.deploy(oscillator)
+    want = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**start2, **params))
+    assert K.same_bits({"x": want["x"], "v": want["v"]}, got), "the next run's bits changed under the old block"
+    assert arena.in_use() == 0 and run.segments.arena.free == [[arena.LEASE_BYTES, run.segments.arena.size
+                                                                 - arena.LEASE_BYTES]]
+
+
+@pytest.mark.parametrize("pause", ["before", "after"])
+def test_a_block_at_its_lock_when_its_run_ends_writes_nothing(monkeypatch, pause):
+    """The order of a block's lock and its check of the run's lease: a block paused just
+    *before* taking its locks while its run ends finds the lease cleared and writes nothing
+    into the regions given back (a later run's by then); paused just *after* them, its regions
+    are kept back, it refuses the same way, and they are taken back at the next allocation."""
+    run, shared, _ = _oscillator_run(256, 3)
+    written, _ = _spans(run)
+    real, at, go = shm.lock_regions, threading.Event(), threading.Event()
+
+    def paused(seg, spans):
+        if pause == "before":
+            at.set()
+            go.wait(60)
+        fd = real(seg, spans)
+        if pause == "after":
+            at.set()
+            go.wait(60)
+        return fd
+
+    monkeypatch.setattr(shm, "lock_regions", paused)
+    got = []
+    block = threading.Thread(target=lambda: got.append(_outcome(
+        lambda: run_block(eagle.deploy(oscillator), eexec.HostTeam, 0, 0, 256, 256, {}, {},
+                          {"dt": 1e-3, "steps": 10}, {}, shared=shared))))
+    block.start()
+    try:
+        assert at.wait(60), "the block never reached its lock"
+        run.finish([])
+        run.close()
+        assert arena.quarantined() == (written if pause == "after" else [])
+        whole = sum(map(arena.aligned, run.segments.sizes))
+        later = arena.ArenaRun([whole])                         # where the run's regions were, if free
+        _, mine = later.put((whole,), np.uint8, np.full(whole, 7, np.uint8))
+        assert (later.offsets[0] == run.segments.offsets[0]) == (pause == "before")
+    finally:
+        go.set()
+        block.join(60)
+    try:
+        assert len(got) == 1 and isinstance(got[0], shm.RunEnded), f"the block of the ended run gave {got}"
+        assert np.all(mine == 7), "the block of the ended run wrote into the next run's regions"
+    finally:
+        later.close(True)
+    assert arena.quarantined() == [] and arena.in_use() == 0
+
+
+def _outcome(f):
+    try:
+        return f()
+    except BaseException as e:  # noqa: BLE001 - the test looks at it
+        return e
 
 
 # -- through a cluster -----------------------------------------------------------------------------
