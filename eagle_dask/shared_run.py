@@ -11,7 +11,11 @@ In the arena they have one region, written in place, and the caller's array -- u
 the run ends -- is the original: a block records that it started (one byte per run, at its first
 sample); started again (the scheduler reran it after its worker was lost) it refuses
 (``StartedBefore``), and the driver copies the block's share back from the caller's array
-(``restore``) before it sends the block again, as before every rerun it decides itself.
+(``restore``) before it sends the block again, as before every rerun it decides itself.  Every
+arena run keeps these flags, Mutables or not: a block the scheduler runs again after it finished
+(its worker declared dead while the run goes on) would otherwise zero and rewrite its share of a
+fresh ``Out`` while the driver copies it out; it refuses instead, and the driver, which has its
+result, does not look at it again.
 """
 from __future__ import annotations
 
@@ -57,7 +61,7 @@ class SharedRun:
             specs.append(("in", name, v.shape, v.dtype, v))
             if name in self.outputs:
                 specs.append(("out", name, v.shape, v.dtype, None))     # Mutables and supplied Outs: staged
-        if any(s[0] == "inout" for s in specs):
+        if not staged:                  # every arena run: a block writes its share on its first start only
             n = max(self.bound.n, 1)
             specs.append(("started", "", (n,), np.dtype(np.uint8), np.zeros(n, np.uint8)))
         for name in self.fresh:

@@ -178,6 +178,33 @@ def test_a_block_started_twice_is_refused_until_its_share_is_restored(monkeypatc
     assert K.same_bits({"x": want["x"], "v": want["v"]}, {"x": x, "v": v})
 
 
+def test_a_finished_block_run_again_during_its_run_leaves_its_share_alone():
+    """A block the scheduler runs again after it finished (its worker declared dead while the run
+    goes on) refuses before it writes: its share of a fresh ``Out`` is not zeroed under the
+    driver, which copies it out when the run ends; the run's bits are numpy's."""
+    plugin = eagle.deploy(K.axpb)
+    n, params = 1000, {"a": 2.5, "b": -1.25}
+    x = np.random.default_rng(4).uniform(-3, 3, n)
+    fresh = {"y": (plugin.roles["y"].width, plugin.roles["y"].out_dtype)}
+    bound = SimpleNamespace(values={"x": x, "y": np.empty(n)}, n=n)
+    run = SharedRun(_Client(), [], bound, {"x": x}, {}, fresh, set(), plugin.sliceable, plugin.cells)
+    run.local = {"here"}
+    shared = run.for_block("here")
+    parts = [(0, 600), (600, 1000)]
+    try:
+        for a, b in parts:
+            run_block(plugin, eexec.HostTeam, 0, a, b, n, {}, {}, params, {}, shared=shared)
+        written = np.copy(run.fresh_views["y"])
+        with pytest.raises(shm.StartedBefore, match=r"samples \[0, 600\) started before"):
+            shared.open(0, 600)                 # the rerun's first step: its share set up
+        assert K.same_bits(written, run.fresh_views["y"]), "a rerun of a finished block zeroed its share"
+        run.finish(parts)
+    finally:
+        run.close()
+    want = eplan.plan(plugin, structure=eexec.HostTeam).run(x=np.copy(x), **params)
+    assert K.same_bits(K.as_dict(plugin, want)["y"], bound.values["y"])
+
+
 def test_a_block_of_a_run_that_ended_touches_nothing(monkeypatch):
     """The scheduler may start a block again after its run returned (its result lost with a
     worker): the run's regions are a later run's by then, and the block refuses before it reads

@@ -131,3 +131,11 @@ MUTANTS += [
      "tests": ["tests/test_dask_arena.py::test_a_block_still_writing_when_its_run_ends_keeps_its_regions_from_the_next_run"],
      "timeout": 300},
 ]
+MUTANTS += [
+    {"name": "started flags only for runs with in-place Mutables (a finished block rerun zeroes its fresh Out share)",
+     "path": "eagle_dask/shared_run.py",
+     "old": "        if not staged:                  # every arena run",
+     "new": "        if any(s[0] == \"inout\" for s in specs):  # every arena run",
+     "tests": ["tests/test_dask_arena.py::test_a_finished_block_run_again_during_its_run_leaves_its_share_alone"],
+     "timeout": 300},
+]
