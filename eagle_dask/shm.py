@@ -27,7 +27,10 @@ mapped across runs (``arena_map``: opened by name and checked only when its id i
 fresh ``Out``s are copied out of it when the run ends, and a ``Mutable`` or a supplied ``Out``
 has one region, run in place, with no staged copy: a block records at its first sample that it
 started, and started again it refuses (``StartedBefore``) until the driver has restored its share
-from the caller's arrays (``eagle_dask.shared_run``).
+from the caller's arrays (``eagle_dask.shared_run``).  Before it reads its run's lease a block
+opens the arena once more for itself and takes shared locks on the regions it writes
+(``lock_regions``, ``eagle_dask.region_locks``), dropped when it returns (``MappedBlock.close``):
+the driver keeps a region still locked when its run ends from every later run.
 
 A block maps every segment it needs when it starts (``SharedPlanes.open``, all of them before
 it writes a byte) and keeps those mappings until it returns: it never opens a name again.  An

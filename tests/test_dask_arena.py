@@ -365,17 +365,52 @@ def test_a_block_at_its_lock_when_its_run_ends_writes_nothing(monkeypatch, pause
         assert arena.quarantined() == (written if pause == "after" else [])
         whole = sum(map(arena.aligned, run.segments.sizes))
         later = arena.ArenaRun([whole])                         # where the run's regions were, if free
-        _, mine = later.put((whole,), np.uint8, np.full(whole, 7, np.uint8))
+        _, mine = later.put((whole,), np.uint8, _ones(whole))
         assert (later.offsets[0] == run.segments.offsets[0]) == (pause == "before")
     finally:
         go.set()
         block.join(60)
     try:
         assert len(got) == 1 and isinstance(got[0], shm.RunEnded), f"the block of the ended run gave {got}"
-        assert np.all(mine == 7), "the block of the ended run wrote into the next run's regions"
+        assert np.array_equal(mine, _ones(whole)), "the block of the ended run wrote into the next run's regions"
     finally:
         later.close(True)
     assert arena.quarantined() == [] and arena.in_use() == 0
+
+
+def test_a_block_starting_while_its_run_gives_back_its_regions_writes_nothing(monkeypatch):
+    """The driver's side of the order: a run clears its lease before it asks which regions are
+    locked, so a block that starts at the moment they are given back (and a later run has them)
+    finds the lease cleared and writes nothing."""
+    run, shared, _ = _oscillator_run(256, 5)
+    other = arena.ArenaRun([64])            # its lease slot freed last: the later run's, not the run's
+    real, seen = arena.release, {}
+
+    def release(*args, **kwargs):
+        real(*args, **kwargs)
+        monkeypatch.setattr(arena, "release", real)
+        other.close(True)
+        whole = sum(map(arena.aligned, run.segments.sizes))
+        seen["later"] = later = arena.ArenaRun([whole])                # the run's regions again
+        seen["mine"] = later.put((whole,), np.uint8, _ones(whole))[1]
+        seen["block"] = _outcome(lambda: run_block(eagle.deploy(oscillator), eexec.HostTeam, 0, 0, 256, 256, {}, {},
+                                                   {"dt": 1e-3, "steps": 10}, {}, shared=shared))
+
+    monkeypatch.setattr(arena, "release", release)
+    run.finish([])
+    run.close()
+    try:
+        assert seen["later"].offsets[0] == run.segments.offsets[0], "the later run was not given the run's regions"
+        assert isinstance(seen["block"], shm.RunEnded), f"the block of the ended run gave {seen['block']!r}"
+        assert np.array_equal(seen["mine"], _ones(seen["mine"].size)), "the block of the ended run wrote into the next run's regions"
+    finally:
+        seen["later"].close(True)
+
+
+def _ones(nbytes):
+    """The bytes of 1.0s (a started flag reads 0 there, an oscillator's x and v 1.0: a block that
+    got past its checks would write into them)."""
+    return np.ones(nbytes // 8).view(np.uint8)
 
 
 def _outcome(f):

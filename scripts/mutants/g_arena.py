@@ -139,3 +139,13 @@ MUTANTS += [
      "tests": ["tests/test_dask_arena.py::test_a_finished_block_run_again_during_its_run_leaves_its_share_alone"],
      "timeout": 300},
 ]
+MUTANTS += [
+    {"name": "a run asks which regions are locked before it clears its lease",
+     "path": "eagle_dask/arena.py",
+     "old": ("            self.token_view[0] = 0\n"
+             "            release(self.arena, list(zip(self.offsets, self.sizes)), clean, self.slot)\n"),
+     "new": ("            release(self.arena, list(zip(self.offsets, self.sizes)), clean, self.slot)\n"
+             "            self.token_view[0] = 0\n"),
+     "tests": ["tests/test_dask_arena.py::test_a_block_starting_while_its_run_gives_back_its_regions_writes_nothing"],
+     "timeout": 300},
+]
