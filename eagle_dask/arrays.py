@@ -51,7 +51,7 @@ from eagle.rows import ROW
 from . import keys
 from .lazy_params import lazy_param, params_arg
 from .lazy_tables import bind_table, table_key
-from .task import PluginRef, fold_cell, pick_block, pick_rows, run_chunk
+from .task import PluginRef, fold_cell, pick_block, pick_rows, run_chunk, take_rows
 
 #: samples a lazy block holds at least (neighbouring chunks are joined up to it), chosen from the
 #: costs ``benchmarks.dask_speed`` shows: at 2^16 samples a task's fixed cost (~1 ms) is a few
@@ -199,15 +199,32 @@ def _whole(v, n, key, layer, table):
     return _chunk_key(v, 0), v
 
 
-def _overlapping(arr, a, b):
-    """The keys of ``arr``'s chunks that hold samples ``[a, b)``, and where ``[a, b)`` lies in
-    their concatenation: (keys, lo, hi)."""
-    ends = np.cumsum(arr.chunks[0])
+def _overlapping(arr, a, b, sliver=None, layer=None):
+    """The keys a block reads samples ``[a, b)`` of ``arr`` from, and where ``[a, b)`` lies in
+    their concatenation: (keys, lo, hi).  Each chunk the block reads at least half of is read
+    whole; with a ``sliver`` name, the part it reads of any other chunk is a task of its own in
+    ``layer`` (``task.take_rows``, key ``(sliver, chunk, first sample)``), which runs where that
+    chunk lies, so that only those samples travel to the block's worker: a block whose cuts are
+    rounded to whole rows of a cell reads a few samples of its neighbours' chunks."""
+    sizes = arr.chunks[0]
+    ends = np.cumsum(sizes)
     last = len(ends) - 1
     i0 = min(int(np.searchsorted(ends, a, side="right")), last)
     i1 = max(i0, min(int(np.searchsorted(ends, b - 1, side="right")), last)) if b > a else i0
-    first = int(ends[i0] - arr.chunks[0][i0])
-    return [_chunk_key(arr, i) for i in range(i0, i1 + 1)], a - first, b - first
+    first = int(ends[i0] - sizes[i0])
+    got, lo = [], a - first
+    for i in range(i0, i1 + 1):
+        start = int(ends[i] - sizes[i])
+        s, e = max(a, start), min(b, int(ends[i]))
+        if sliver is None or i0 == i1 or 2 * (e - s) >= sizes[i]:
+            got.append(_chunk_key(arr, i))
+            continue
+        key = (sliver, i, s - start)
+        layer[key] = (take_rows, _chunk_key(arr, i), s - start, e - start)
+        got.append(key)
+        if i == i0:
+            lo = 0
+    return got, lo, lo + b - a
 
 
 def _min_block(plan) -> int:
@@ -228,8 +245,9 @@ def _block_inputs(plugin, planes, n, starts, token, layer, tables):
             sliced_names.append(name)
             if is_dask(v):
                 inputs.append(v)
+                sliver = keys.name(plugin.name, "in", f"{token}-{name}-sliver")
                 for b in blocks:
-                    chunk_keys, lo, hi = _overlapping(v, starts[b], starts[b + 1])
+                    chunk_keys, lo, hi = _overlapping(v, starts[b], starts[b + 1], sliver, layer)
                     sliced_keys[b].append([chunk_keys, lo, hi])
             else:
                 for b in blocks:

@@ -1,13 +1,18 @@
 """The client eagle's clusters hand out (``local_cluster``, ``connect``, ``initialize``).
 
-A ``distributed.Client`` whose ``close`` first ends every computation still waiting on it with
-eagle's reason: a lazy run's output is computed by the user's own ``.compute()``, where no eagle
-code runs, and distributed alone says only ``cancelled for reason: unknown``.
+A ``distributed.Client`` that
+
+* joins a computed dask array on the driver, from blocks fetched straight from the workers that
+  hold them (``eagle_dask.client_join``), not on one worker and then through the scheduler;
+* on ``close`` first ends every computation still waiting on it with eagle's reason: a lazy
+  run's output is computed by the user's own ``.compute()``, where no eagle code runs, and
+  distributed alone says only ``cancelled for reason: unknown``.
 """
 from __future__ import annotations
 
 from distributed import Client
 
+from . import client_join
 from .keys import kernel_of
 
 #: the reason a computation still waiting when its client closed is given
@@ -24,8 +29,23 @@ def closed_message(keys) -> str:
 
 
 class EagleClient(Client):
-    """``distributed.Client``; on ``close``, whatever is still pending ends in a
-    ``FutureCancelledError`` whose reason and message say the client closed and what to do."""
+    """``distributed.Client``; a computed dask array is joined on the driver from its blocks
+    (``get``); on ``close``, whatever is still pending ends in a ``FutureCancelledError`` whose
+    reason and message say the client closed and what to do."""
+
+    def get(self, dsk, keys, *args, sync=True, asynchronous=None, direct=None, **kwargs):
+        """``Client.get`` (what ``.compute()`` and ``dask.compute`` call): every result fetched
+        straight from the worker that holds it unless ``direct=False``, and every dask array
+        among ``keys`` fetched as its blocks and concatenated here (``eagle_dask.client_join``)."""
+        direct = True if direct is None else direct
+        cut = None
+        if sync and not (asynchronous or self.asynchronous):
+            cut = client_join.split(dsk, keys)
+        if cut is None:
+            return super().get(dsk, keys, *args, sync=sync, asynchronous=asynchronous, direct=direct, **kwargs)
+        fetch, joined = cut
+        fetched = super().get(dsk, fetch, *args, sync=sync, asynchronous=asynchronous, direct=direct, **kwargs)
+        return client_join.join(keys, fetched, joined)
 
     def close(self, *args, **kwargs):
         if self.status not in ("closing", "closed") and getattr(self, "futures", None):

@@ -304,6 +304,11 @@ def run_chunk(plugin, inner, block, start, stop, n, sliced_names, sliced, whole_
     says otherwise): several blocks run at once on a worker of several threads."""
     label = f"block {block} (samples [{start}, {stop}))"
     planes = {name: _assemble(*piece) for name, piece in zip(sliced_names, sliced)}
+    for name, plane in planes.items():
+        if len(plane) != stop - start:       # never run a kernel past its planes' ends
+            raise RuntimeError(f"kernel {plugin.name!r}, {label}: plane {name!r} was cut to {len(plane)} samples, "
+                               f"not {stop - start}: the chunks given to the block do not hold its samples "
+                               "(an eagle bug: please report it with the planes' chunks)")
     with thread_budget(1):
         out = _run(plugin, inner, label, start, stop, n, planes, dict(zip(whole_names, whole)), params, fresh,
                    device)
@@ -323,6 +328,12 @@ def _assemble(chunks, lo, hi):
             pieces.append(c[a:b])
         at += len(c)
     return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+def take_rows(chunk, lo, hi):
+    """Samples ``[lo, hi)`` of one chunk of a lazy run's plane: the few a block reads of a
+    neighbour's chunk (``eagle_dask.arrays._overlapping``), which travel alone."""
+    return chunk[lo:hi]
 
 
 def pick_block(result, name):

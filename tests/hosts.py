@@ -233,21 +233,37 @@ def _numpy_run(plan, planes):
     return out, moved, before_in + _nbytes(out), seconds, {h: h1[h] - h0.get(h, 0) for h in h1}
 
 
-def _lazy_run(plan, planes, chunks):
+def _on_the_workers(planes, chunks, together):
+    """``planes`` with every numpy plane a dask array chunked along samples and persisted on the
+    workers: each plane on its own (``together=False``: the scheduler spreads each plane's
+    chunks over the workers by itself), or all of them cut from one persisted array of their
+    columns (``together=True``: every plane's chunk ``i`` on one worker, as the columns of one
+    table or the outputs of an earlier run lie)."""
+    import dask
+    import dask.array as da
+    arrays = {k: v for k, v in planes.items() if isinstance(v, np.ndarray)}
+    if not together or any(v.ndim != 1 for v in arrays.values()):
+        persisted = dask.persist(*[da.from_array(v, chunks=(chunks,) + v.shape[1:]) for v in arrays.values()])
+    else:
+        table = da.from_array(np.stack(list(arrays.values()), axis=1), chunks=(chunks, -1)).persist()
+        persisted = dask.persist(*[table[:, j] for j in range(len(arrays))])
+    return {**planes, **dict(zip(arrays, persisted))}
+
+
+def _lazy_run(plan, planes, chunks, together=False):
     import dask
     import dask.array as da
     from distributed import wait
-    planes = {k: (da.from_array(v, chunks=(chunks,) + v.shape[1:]).persist() if isinstance(v, np.ndarray) else v)
-              for k, v in planes.items()}
+    planes = _on_the_workers(planes, chunks, together)
     wait([v for v in planes.values() if isinstance(v, da.Array)], timeout=120)   # inputs on the workers first
-    b0 = switch_bytes()
+    h0, b0 = host_bytes(), switch_bytes()
     t0 = time.perf_counter()
     res = as_dict(plan.plugin, plan.run(**planes))
     keys = sorted(res)
     out = {k: np.asarray(v) for k, v in zip(keys, dask.compute(*[res[k] for k in keys]))}
     seconds = time.perf_counter() - t0
-    moved = switch_bytes() - b0
-    return out, moved, _nbytes(out), seconds
+    moved, h1 = switch_bytes() - b0, host_bytes()
+    return out, moved, _nbytes(out), seconds, {h: h1[h] - h0.get(h, 0) for h in h1}
 
 
 def _opened(client, shm) -> dict:
@@ -285,10 +301,10 @@ def _main(spec_path):
             plan = eplan.plan(plugin, structure=eagle_dask.DaskPartition.on(client, progress=False))
             out, moved, plane_bytes, seconds, by_host = _numpy_run(plan, planes_of(K, run))
         else:
-            by_host = None
             plan = eplan.plan(plugin, structure=eagle_dask.DaskPartition.on(client, progress=False,
                                                                              min_block=run.get("min_block")))
-            out, moved, plane_bytes, seconds = _lazy_run(plan, planes_of(K, run), run["chunks"])
+            out, moved, plane_bytes, seconds, by_host = _lazy_run(plan, planes_of(K, run), run["chunks"],
+                                                                  run.get("together", False))
         np.savez(os.path.join(spec["workdir"], f"run{i}.npz"), **out)
         report["runs"].append({**run, "moved": moved, "plane_bytes": plane_bytes, "seconds": seconds,
                                "opened": _opened(client, shm), "by_host": by_host})
