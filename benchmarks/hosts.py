@@ -19,7 +19,18 @@ while a run ran (``tests.hosts.switch_bytes``: TLS, TCP and IP included, heartbe
   cluster's own messages; 2.009 and 2.033 when the shares rode in the tasks and the outputs came
   back through the scheduler;
 * lazy mode (dask arrays persisted on the workers before the run, the outputs computed to the
-  driver): **bytes moved per output byte** = bytes on the links / output plane bytes.
+  driver with ``dask.compute``): **bytes moved per output byte** = bytes on the links / output
+  plane bytes, with the inputs persisted plane by plane (``lazy/plane``: the scheduler spreads
+  each plane's chunks by itself, so a block's chunks often lie on several workers) or as the
+  columns of one table (``lazy/table``: every plane's chunk ``i`` on one worker).  eagle's
+  client joins the results on the driver from blocks fetched straight from the workers
+  (``eagle_dask.client_join``), and a block cut at whole rows of a cell reads a neighbour's
+  few samples through a task of their own: at ``--n 1000000``, 2 and 3 worker hosts, axpb
+  1.01 and the oscillator 1.03 (``lazy/table``; one run of three at 3 hosts gave 1.41: the
+  scheduler sent a block to an idle worker, away from its chunks), against 2.51 and
+  3.35-3.92 when the blocks were joined on one worker and relayed by the scheduler; with
+  ``lazy/plane`` the oscillator's three input planes lie apart and a block fetches the
+  chunks it lacks (1.34-1.41 with 2 worker hosts, 1.60-1.66 with 3).
 
 Each run is done twice (fresh inputs) and the second is reported.  Then **a silent host**: 2
 worker hosts, a numpy-mode oscillator run of a few seconds; a third of the way into it eagle-h2
@@ -59,15 +70,17 @@ def reference(run) -> dict:
 
 def traffic(k: int, n: int) -> list:
     """The runs of both modes with ``k`` worker hosts: one row per reported run."""
-    runs = [{"kernel": name, "mode": mode, "n": n, "chunks": max(n // 8, 1)}
-            for mode in ("numpy", "lazy") for name in KERNELS for _ in range(2)]
+    runs = [{"kernel": name, "mode": mode, "n": n, "chunks": max(n // 8, 1), "together": together}
+            for mode, together in (("numpy", False), ("lazy", False), ("lazy", True))
+            for name in KERNELS for _ in range(2)]
     with tempfile.TemporaryDirectory(prefix="eagle-bench-hosts-") as d:
         with H.Cluster(0, list(range(1, k + 1)), d) as cluster:
             report = H.drive(k + 1, {"scheduler_file": cluster.file, "workers": k, "runs": runs}, d, timeout=600)
     rows = []
     for i in range(1, len(runs), 2):
         run = report["runs"][i]
-        rows.append({"worker_hosts": k, "mode": run["mode"], "kernel": run["kernel"], "n": n,
+        mode = run["mode"] + ("" if run["mode"] == "numpy" else "/table" if run["together"] else "/plane")
+        rows.append({"worker_hosts": k, "mode": mode, "kernel": run["kernel"], "n": n,
                      "plane_bytes": run["plane_bytes"], "moved": run["moved"],
                      "per_byte": run["moved"] / run["plane_bytes"], "seconds": run["seconds"],
                      "identical": same_bits(reference(runs[i]), report["outputs"][i])})
@@ -153,12 +166,13 @@ def main(argv=None):
     rows = []
     for k in () if a.no_traffic else (2, 3):
         rows += traffic(k, a.n)
-    print(f"{'hosts':>5}  {'mode':5}  {'kernel':10}  {'plane bytes':>11}  {'on the links':>12}  {'per byte':>8}  "
+    print(f"{'hosts':>5}  {'mode':11}  {'kernel':10}  {'plane bytes':>11}  {'on the links':>12}  {'per byte':>8}  "
           f"{'seconds':>7}  identical")
     for r in rows:
-        print(f"{r['worker_hosts']:>5}  {r['mode']:5}  {r['kernel']:10}  {r['plane_bytes']:>11}  {r['moved']:>12}  "
+        print(f"{r['worker_hosts']:>5}  {r['mode']:11}  {r['kernel']:10}  {r['plane_bytes']:>11}  {r['moved']:>12}  "
               f"{r['per_byte']:>8.2f}  {r['seconds']:>7.2f}  {'yes' if r['identical'] else 'NO'}")
-    print("per byte: network crossings per plane byte (numpy mode), bytes moved per output byte (lazy mode)")
+    print("per byte: network crossings per plane byte (numpy mode), bytes moved per output byte (lazy mode: "
+          "inputs persisted plane by plane, or as the columns of one table)")
     silent = [] if a.no_silent else [silent_host(a.silent_n, a.steps, how) for how in a.silence]
     for f in silent:
         what = {"stop": "its processes stopped (SIGSTOP)", "cut": "its link cut at the switch"}[f["how"]]

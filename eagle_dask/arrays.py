@@ -17,7 +17,9 @@ When any plane of a run is a dask array, ``Plan.run`` builds a graph and returns
   (no rechunk in the graph, whatever the chunks); it returns the output blocks and the cells'
   row partials -- a single output plane without cells *is* the task's result, and a kernel
   with cells only returns its row partials, so a run adds 1 task per block (plus one per
-  output plane and one for the row partials when there are several) and one per cell;
+  output plane and one for the row partials when there are several) and one per cell; a
+  block reads a chunk it needs less than half of through a sliver (``_overlapping``), so that
+  only those samples travel to it;
 * each cell is one final task (``eagle_dask.task.fold_cell``) folding the blocks' row
   partials in row order with ``eagle.rows.fold`` -- the bits of one process, whatever the
   chunking (dask's own reductions fold in a tree that depends on the chunks);
