@@ -8,8 +8,10 @@ Each row runs its arms alternated, round after round, on fresh inputs every roun
 medians; every arm's outputs are checked bit for bit against one process:
 
 1. **readme demo** -- the oscillator, 10^6 samples x 1000 steps, numpy mode on 2 workers
-   (shared memory; and the messages, ``EAGLE_DASK_SHM=0``) / one process with 2 threads;
-2. **tiny run** -- 10^4 samples, 1 step, numpy mode (goal: a fixed cost under 12 ms);
+   (shared memory through the driver's arena; fresh segments per run, ``EAGLE_DASK_ARENA=0``;
+   and the messages, ``EAGLE_DASK_SHM=0``) / one process with 2 threads;
+2. **tiny run** -- 10^4 samples, 1 step, numpy mode, the same three transports (goal: a fixed
+   cost under 12 ms);
 3. **lazy, 2 chunks** -- the same oscillator on persisted dask arrays, outputs persisted / one process;
 4. **lazy, chunks of 1000** -- 10^6 samples (100 steps) with a cell, inputs persisted, against
    ``map_blocks`` over a numba loop + dask's ``sum``; the tasks each adds to the graph;
@@ -75,20 +77,25 @@ def row(name, arm, workers, n, times, identical, note=""):
 
 
 class Shm:
-    """Shared memory on (default) or off (``EAGLE_DASK_SHM=0``: the messages) while a run goes."""
+    """The transport of the runs inside: ``"arena"`` (shared memory, the driver's arena: the
+    default), ``"fresh"`` (shared memory, fresh segments per run: ``EAGLE_DASK_ARENA=0``) or
+    ``"messages"`` (``EAGLE_DASK_SHM=0``)."""
 
-    def __init__(self, on):
-        self.on = on
+    def __init__(self, how):
+        how = {True: "arena", False: "messages"}.get(how, how)
+        self.env = {"EAGLE_DASK_SHM": "0" if how == "messages" else "1",
+                    "EAGLE_DASK_ARENA": "0" if how == "fresh" else "1"}
 
     def __enter__(self):
-        self.old = os.environ.get("EAGLE_DASK_SHM")
-        os.environ["EAGLE_DASK_SHM"] = "1" if self.on else "0"
+        self.old = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
 
     def __exit__(self, *exc):
-        if self.old is None:
-            os.environ.pop("EAGLE_DASK_SHM", None)
-        else:
-            os.environ["EAGLE_DASK_SHM"] = self.old
+        for k, v in self.old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def numpy_mode_rows(client, n, steps, rounds, tiny_rounds):
@@ -104,14 +111,16 @@ def numpy_mode_rows(client, n, steps, rounds, tiny_rounds):
                 return timed(lambda: p.run(**d))
         return go
 
-    for f in (arm(one), arm(dask_plan), arm(dask_plan, False)):
+    for f in (arm(one), arm(dask_plan), arm(dask_plan, "fresh"), arm(dask_plan, False)):
         f(0)                                                                   # warm: compile, connect
     times, last = alternate({"one process": arm(one), "numpy mode, shared memory": arm(dask_plan),
+                             "numpy mode, fresh segments": arm(dask_plan, "fresh"),
                              "numpy mode, messages": arm(dask_plan, False)}, rounds)
     ref = one.run(**oscillators(n, steps, 1000 + rounds - 1))
     rows = [row("readme demo", k, 1 if k == "one process" else 2, n, t, same_bits(ref, last[k]))
             for k, t in times.items()]
     tiny, tlast = alternate({"numpy mode, shared memory": arm(dask_plan, True, 10**4, 1),
+                             "numpy mode, fresh segments": arm(dask_plan, "fresh", 10**4, 1),
                              "numpy mode, messages": arm(dask_plan, False, 10**4, 1)}, tiny_rounds)
     tref = one.run(**oscillators(10**4, 1, 1000 + tiny_rounds - 1))
     rows += [row("tiny run", k, 2, 10**4, t, same_bits(tref, tlast[k])) for k, t in tiny.items()]
@@ -361,6 +370,8 @@ def main(argv=None):
                     help="seconds the chunks-of-31 inputs may take to make and persist, estimated from those of "
                          "333, before that row is skipped")
     ap.add_argument("--skip-first-run", action="store_true", help="leave out row 7 (two fresh processes)")
+    ap.add_argument("--only", choices=["numpy mode", "lazy, 2 chunks", "chunked", "user cluster"], default=None,
+                    help="run only this group of rows (and not row 7)")
     ap.add_argument("--out", default="bench-out/dask_speed", help="folder for results.csv/png/txt")
     a = ap.parse_args(argv)
     rounds = a.rounds or (3 if a.quick else 9)
@@ -377,13 +388,15 @@ def main(argv=None):
     try:
         client.wait_for_workers(2, timeout=120)
         for name, f in steps.items():
+            if a.only not in (None, name):
+                continue
             new = f()
             rows += new
             print(report.table(new))
             sys.stdout.flush()
     finally:
         client.close()
-    if not a.skip_first_run:
+    if not a.skip_first_run and a.only is None:
         rows += first_run_row(n, 1000)
     figs = figures(rows)
     note = summary(figs)

@@ -54,7 +54,8 @@ from .client import CLOSED_REASON
 from .progress import end_progress, show_progress
 from .ranks import worker_ranks
 from .send import TRIES, scatter_everywhere, scatter_to
-from .shm import Elsewhere, SharedRun
+from .shared_run import SharedRun
+from .shm import Elsewhere, StartedBefore
 from .tables import lost, shared
 from .task import PluginRef, run_block
 
@@ -180,7 +181,8 @@ class EagerRun:
                 self._submit(b, self.table[b.rank].address)
             Held.release_after_submit(client)
             self._supervise()
-            self.shared.finish([(b.part.base, b.part.stop) for b in self.blocks if b.shared])
+            self.shared.finish([(b.part.base, b.part.stop) for b in self.blocks if b.shared],
+                               twice=any(b.attempts for b in self.blocks))      # (see ``SharedRun.close``)
         except BaseException:
             self._cancel()
             self._release()
@@ -512,6 +514,8 @@ def _transport(run, b, address):
     """(sliced planes -- the future of the block's share, or ``{}`` --, scattered whole planes, Outs
     to allocate, SharedPlanes or None, the worker to run it) of block ``b`` of ``run`` sent to
     ``address``."""
+    if b.attempts and b.shared:         # sent again after a try in shared memory: its share restored first
+        run.shared.restore(b.part.base, b.part.stop)
     if b.inputs is not None:
         b.inputs.release()          # the share of an earlier submission: sent anew where the block goes
         b.inputs = None
@@ -554,10 +558,12 @@ def _send_share(run, b, address):
 
 
 def _elsewhere(run, b):
-    """A shared-memory block the scheduler ran on another host: sent again through the messages."""
-    if not b.shared or not isinstance(b.future.exception(), Elsewhere):
+    """A shared-memory block the scheduler ran on another host: sent again through the messages;
+    or ran again after its worker was lost (``StartedBefore``): restored and sent again."""
+    exc = b.future.exception()
+    if not b.shared or not isinstance(exc, (Elsewhere, StartedBefore)):
         return False
-    b.remote = True
+    b.remote = isinstance(exc, Elsewhere)
     run._again(b)
     run._resubmitted.append(b)
     return True

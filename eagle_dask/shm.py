@@ -20,6 +20,18 @@ plane through POSIX shared memory instead of the task's messages:
   once the block's task has finished -- so a block on the driver's host is never fetched from
   its worker (a round trip per block).
 
+That is the path of fresh segments (``EAGLE_DASK_ARENA=0``).  By default the planes are regions
+of the driver's arena instead (``eagle_dask.arena``: one segment kept across runs): a task
+carries ``Region``s (the arena's ``SegmentId``, an offset and a size); a worker keeps the arena
+mapped across runs (``arena_map``: opened by name and checked only when its id is new), the
+fresh ``Out``s are copied out of it when the run ends, and a ``Mutable`` or a supplied ``Out``
+has one region, run in place, with no staged copy: a block records at its first sample that it
+started, and started again it refuses (``StartedBefore``) until the driver has restored its share
+from the caller's arrays (``eagle_dask.shared_run``).  Before it reads its run's lease a block
+opens the arena once more for itself and takes shared locks on the regions it writes
+(``lock_regions``, ``eagle_dask.region_locks``), dropped when it returns (``MappedBlock.close``):
+the driver keeps a region still locked when its run ends from every later run.
+
 A block maps every segment it needs when it starts (``SharedPlanes.open``, all of them before
 it writes a byte) and keeps those mappings until it returns: it never opens a name again.  An
 open by name is ``O_NOFOLLOW`` and checked with ``fstat`` against what the driver recorded --
@@ -57,7 +69,9 @@ import weakref
 
 import numpy as np
 
-from eagle.rows import n_rows, row_span
+from eagle.rows import row_span
+
+from . import region_locks
 
 #: where segments live (a tmpfs on Linux)
 SHM_DIR = "/dev/shm"
@@ -90,6 +104,16 @@ class Elsewhere(RuntimeError):
     """A block given shared-memory planes ran on a worker of another host."""
 
 
+class RunEnded(RuntimeError):
+    """A block of a run that ended started (the scheduler ran it again): its regions of the
+    arena may be a later run's, and it touches none of them."""
+
+
+class StartedBefore(RuntimeError):
+    """A block whose Mutables are written in place in the arena started before (the scheduler ran
+    it again after its worker was lost): its share must be restored by the driver first."""
+
+
 def enabled() -> bool:
     """Whether this driver uses shared memory at all (``EAGLE_DASK_SHM``, default on)."""
     flag = os.environ.get("EAGLE_DASK_SHM", "1").strip().lower()
@@ -116,6 +140,16 @@ def host_id() -> str:
 # -- segments ----------------------------------------------------------------------------------
 #: a segment as the driver made it: what a worker checks an open by name against
 SegmentId = collections.namedtuple("SegmentId", ["name", "dev", "ino", "size", "uid"])
+
+
+#: a plane's place in an arena (``eagle_dask.arena``): its segment, offset and bytes
+Region = collections.namedtuple("Region", ["seg", "offset", "nbytes"])
+#: a worker's arena mappings, kept across runs: ``{driver prefix: (SegmentId, mmap)}``
+_ARENAS = {}
+_ARENAS_LOCK = threading.Lock()
+#: the segments this process opened by name (a debugging record; ``opened`` also counts the
+#: blocks that used an arena mapped before)
+OPENS = collections.deque(maxlen=1024)
 
 
 class ForeignSegment(RuntimeError):
@@ -177,14 +211,14 @@ def _refused(path, why):
                           "EAGLE_DASK_SHM=0 on the driver")
 
 
-def _map(seg):
-    """The mmap of segment ``seg``, opened by name once and checked (see the module docstring)."""
+def _open_checked(seg, flags):
+    """An fd of segment ``seg`` opened by name (``O_NOFOLLOW``) and checked against it (see the
+    module docstring); ``FileNotFoundError`` when the name is gone."""
     path = os.path.join(SHM_DIR, seg.name)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise Elsewhere(f"shared memory segment {path} is not on this worker's host (or its run ended); "
-                        "set EAGLE_DASK_SHM=0 on the driver if the host ids of two machines agree") from None
+        raise
     except OSError as e:
         raise _refused(path, "is a symbolic link" if e.errno == errno.ELOOP else f"cannot be opened ({e.strerror})") \
             from None
@@ -192,10 +226,45 @@ def _map(seg):
         why = _mismatch(os.fstat(fd), seg)
         if why is not None:
             raise _refused(path, why)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _map(seg):
+    """The mmap of segment ``seg``, opened by name once and checked (see the module docstring)."""
+    try:
+        fd = _open_checked(seg, os.O_RDWR)
+    except FileNotFoundError:
+        raise Elsewhere(f"shared memory segment {os.path.join(SHM_DIR, seg.name)} is not on this worker's host (or "
+                        "its run ended); set EAGLE_DASK_SHM=0 on the driver if the host ids of two machines agree") \
+            from None
+    try:
         OPENED.append(seg.name)
+        OPENS.append(seg.name)
         return mmap.mmap(fd, seg.size)
     finally:
         os.close(fd)
+
+
+def lock_regions(seg, spans):
+    """A block's own open file description of the arena ``seg``, holding shared locks on the
+    ``spans`` it will write (``eagle_dask.region_locks``); None when the arena's name is gone --
+    retired, so no run is given its regions again.  Raises ``RunEnded`` when the driver is
+    taking one of them back (their run has ended)."""
+    try:
+        fd = _open_checked(seg, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        if not region_locks.hold(fd, spans):
+            raise RunEnded(f"the driver is taking back this block's regions of the arena {seg.name}: its run has "
+                           "ended, and it reads and writes nothing")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def open_segment(seg, dtype, shape):
@@ -205,6 +274,45 @@ def open_segment(seg, dtype, shape):
         raise ValueError(f"a plane of shape {tuple(shape)} and dtype {np.dtype(dtype)} does not fit "
                          f"segment {seg.name} ({seg.size} bytes)")
     return _view(_map(seg), dtype, shape)
+
+
+def opens():
+    return list(OPENS)
+
+
+def arena_map(seg):
+    """A worker's mapping of the arena ``seg``: kept across runs, opened and checked (``_map``)
+    when its id is new to this process; the mapping of the arena it replaced (the same driver),
+    and of arenas whose name is gone (retired, their driver ended), dropped."""
+    driver = seg.name.rsplit("-", 1)[0]
+    with _ARENAS_LOCK:
+        known = _ARENAS.get(driver)
+    if known is not None and known[0] == seg:
+        OPENED.append(seg.name)
+        return known[1]
+    buf = _map(seg)
+    with _ARENAS_LOCK:
+        _ARENAS[driver] = (seg, buf)
+        for other, (old, _) in list(_ARENAS.items()):
+            if other != driver and not os.path.lexists(os.path.join(SHM_DIR, old.name)):
+                del _ARENAS[other]          # a block still running keeps its own views
+    return buf
+
+
+def arenas_mapped() -> list:
+    """The arenas this worker keeps mapped (names)."""
+    with _ARENAS_LOCK:
+        return sorted(seg.name for seg, _ in _ARENAS.values())
+
+
+def region_view(buf, region, dtype, shape):
+    """The plane of ``dtype`` and ``shape`` at ``region`` of the mapping ``buf``."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    if nbytes > region.nbytes or region.offset < 0 or region.offset + region.nbytes > region.seg.size:
+        raise ValueError(f"a plane of shape {tuple(shape)} and dtype {np.dtype(dtype)} does not fit region "
+                         f"[{region.offset}, +{region.nbytes}) of segment {region.seg.name} ({region.seg.size} bytes)")
+    count = nbytes // np.dtype(dtype).itemsize
+    return np.frombuffer(buf, dtype=dtype, count=count, offset=region.offset).reshape(shape)
 
 
 class Segments:
@@ -223,6 +331,10 @@ class Segments:
         if data is not None:
             np.copyto(view, data)
         return seg, view
+
+    def put(self, shape, dtype, data=None):
+        """``new``, for ``eagle_dask.shared_run``: (its ``SegmentId``, the driver's view)."""
+        return self.new(shape, dtype, data)
 
     def close(self):
         for path in self.paths:
@@ -244,16 +356,16 @@ class SharedPlanes:
     None, dtype, shape, sliced, fresh)``, and ``rows[cell] = (segment, rows of the run)``, each
     segment a ``SegmentId``; plain data, a few hundred bytes."""
 
-    __slots__ = ("host", "planes", "rows")
+    __slots__ = ("host", "planes", "rows", "started", "lease")
 
-    def __init__(self, host, planes, rows=None):
-        self.host, self.planes, self.rows = host, planes, rows or {}
+    def __init__(self, host, planes, rows=None, started=None, lease=None):
+        self.host, self.planes, self.rows, self.started, self.lease = host, planes, rows or {}, started, lease
 
     def __getstate__(self):
-        return (self.host, self.planes, self.rows)
+        return (self.host, self.planes, self.rows, self.started, self.lease)
 
     def __setstate__(self, state):
-        self.host, self.planes, self.rows = state
+        self.host, self.planes, self.rows, self.started, self.lease = state
 
     def open(self, start, stop):
         """On the worker: the block of samples ``[start, stop)`` with every segment mapped (a
@@ -262,13 +374,52 @@ class SharedPlanes:
         if host_id() != self.host:
             raise Elsewhere("this block's planes are in shared memory on the driver's host, and this worker "
                             "runs on another one")
-        maps = {}
+        mapped, maps = {}, {}
+
+        def view(ref, dtype, shape):
+            region = ref if isinstance(ref, Region) else Region(ref, 0, ref.size)
+            if region.seg not in mapped:
+                mapped[region.seg] = arena_map(region.seg) if isinstance(ref, Region) else _map(region.seg)
+            return region_view(mapped[region.seg], region, dtype, shape)
+
         for seg_in, seg_out, dtype, shape, _, _ in self.planes.values():
-            for seg in (seg_in, seg_out):
-                if seg is not None and seg not in maps:
-                    maps[seg] = open_segment(seg, dtype, shape)
-        block = MappedBlock(start, stop, {cell: (seg, open_segment(seg, np.float64, (total, 2)))
-                                          for cell, (seg, total) in self.rows.items()})
+            for ref in (seg_in, seg_out):
+                if ref is not None and ref not in maps:
+                    maps[ref] = view(ref, dtype, shape)
+        block = MappedBlock(start, stop, {cell: (ref, view(ref, np.float64, (total, 2)))
+                                          for cell, (ref, total) in self.rows.items()})
+        try:
+            block.lock = self._lease(view, start, stop)
+            self._fill(block, maps, view, start, stop)
+        except BaseException:
+            block.close()
+            raise
+        return block
+
+    def _lease(self, view, start, stop):
+        """In the arena: shared locks on the regions this block writes, *then* the run's token
+        checked (the order ``eagle_dask.arena.ArenaRun.close`` relies on); the locks' fd."""
+        if self.lease is None:
+            return None
+        seg = self.lease[0].seg
+        writes = [ref for _, ref, *_ in self.planes.values()] + [ref for ref, _ in self.rows.values()]
+        writes += [self.started[0]] if self.started is not None else []
+        fd = lock_regions(seg, [(r.offset, r.nbytes) for r in writes if isinstance(r, Region) and r.seg == seg])
+        if int(view(self.lease[0], np.int64, (1,))[0]) != self.lease[1]:
+            if fd is not None:
+                os.close(fd)
+            raise RunEnded(f"the block of samples [{start}, {stop}) belongs to a run that has ended: it reads and "
+                           "writes nothing (its regions of the arena may be another run's)")
+        return fd
+
+    def _fill(self, block, maps, view, start, stop):
+        """The block's planes in ``block``, the outputs' shares set to their initial values."""
+        if self.started is not None:            # Mutables written in place, not staged: first start only
+            flags = view(self.started[0], np.uint8, (self.started[1],))
+            if flags[start]:
+                raise StartedBefore(f"the block of samples [{start}, {stop}) started before and its Mutables were "
+                                    "written in place: the driver restores its share and sends it again")
+            flags[start] = 1
         for name, (seg_in, seg_out, _, _, is_sliced, fresh) in self.planes.items():
             src = maps[seg_in] if seg_in is not None else None
             if seg_out is None:
@@ -277,10 +428,9 @@ class SharedPlanes:
             out = maps[seg_out]
             if fresh:
                 out[start:stop] = 0
-            else:
+            elif src is not None:               # staged; else the region holds the initial values itself
                 out[start:stop] = src[start:stop]
             block.in_place[name] = out[start:stop] if is_sliced else out
-        return block
 
 
 class MappedBlock:
@@ -288,11 +438,18 @@ class MappedBlock:
     ``whole`` inputs, outputs written ``in_place``, and the cells' rows (``rows[cell] = (segment,
     its mapping)``, written by ``write_rows``)."""
 
-    __slots__ = ("start", "stop", "sliced", "whole", "in_place", "rows")
+    __slots__ = ("start", "stop", "sliced", "whole", "in_place", "rows", "lock")
 
     def __init__(self, start, stop, rows):
         self.start, self.stop, self.rows = start, stop, rows
         self.sliced, self.whole, self.in_place = {}, {}, {}
+        self.lock = None            # the fd holding its locks on the arena's regions it writes
+
+    def close(self):
+        """The block wrote its last byte (or failed): its locks dropped (``SharedPlanes._lease``)."""
+        if self.lock is not None:
+            os.close(self.lock)
+            self.lock = None
 
     def write_rows(self, rows):
         """The row partials of the block's samples into the cells' segments, through the mappings."""
@@ -304,85 +461,6 @@ class MappedBlock:
                 raise RuntimeError(f"cell {cell!r}: samples [{start}, {stop}) gave row partials of shape "
                                    f"{got.shape}, not ({r1 - r0}, 2)")
             view[r0:r1] = got                   # never ``seg`` opened by name again
-
-
-class SharedRun:
-    """The driver's side of one run's planes in shared memory: which workers share this host
-    (``LocalWorkers``, asked for ``addresses``), the segments created at the first block sent to
-    one of them (``for_block``); ``finish`` copies the written shares back into the caller's
-    planes; ``close`` unlinks every segment."""
-
-    def __init__(self, client, addresses, bound, sliced, whole, fresh, outputs, sliceable, cells=()):
-        self.client = client
-        self.local = LocalWorkers.of(client, sorted(set(addresses)))
-        self.bound, self.sliced, self.whole, self.fresh = bound, sliced, whole, fresh
-        self.outputs, self.sliceable, self.cells = outputs, sliceable, tuple(cells)
-        self.segments = None
-        self.planes = None
-        self.failed = False          # /dev/shm could not hold the planes: every block takes the messages
-        self.rows = {}
-        self.views = {}
-        self.row_views = {}
-        self.host = host_id()
-
-    def _build(self):
-        seg, planes = Segments(), {}
-        self.segments = seg
-        for name, v in {**self.sliced, **self.whole}.items():
-            v = np.asarray(v)
-            seg_in, _ = seg.new(v.shape, v.dtype, v)
-            seg_out = None
-            if name in self.outputs:
-                seg_out, self.views[name] = seg.new(v.shape, v.dtype)
-            planes[name] = (seg_in, seg_out, v.dtype.str, v.shape, name in self.sliced, False)
-        for name in self.fresh:
-            target = self.bound.values[name]
-            seg_out, view = seg.new(target.shape, target.dtype)
-            self.bound.values[name] = view                      # the result is the segment itself
-            planes[name] = (None, seg_out, target.dtype.str, target.shape, True, True)
-        total = n_rows(self.bound.n)
-        for cell in self.cells:
-            rows_seg, self.row_views[cell] = seg.new((total, 2), np.float64)
-            self.rows[cell] = (rows_seg, total)
-        self.planes = planes
-
-    def for_block(self, address, remote=False):
-        """The ``SharedPlanes`` of a block sent to ``address`` (segments made at the first call),
-        or None when it takes the messages: ``remote`` (it ran on another host before), a worker
-        of another host, or a ``/dev/shm`` that cannot hold the planes."""
-        if remote:
-            return None
-        if address not in self.local:
-            self.local |= LocalWorkers.of(self.client, [address])      # a worker that joined since
-            if address not in self.local:
-                return None
-        if self.planes is None:
-            try:
-                self._build()
-            except OSError:
-                self.close()
-                self.planes, self.failed = {}, True
-                return None
-        if self.failed:
-            return None
-        planes = {k: (a, b, d, s, sl and k in self.sliceable, f) for k, (a, b, d, s, sl, f) in self.planes.items()}
-        return SharedPlanes(self.host, planes, self.rows)
-
-    def rows_of(self, start, stop):
-        """The row partials a finished block of samples ``[start, stop)`` wrote (copies)."""
-        r0, r1 = row_span(start, stop)
-        return {cell: view[r0:r1].copy() for cell, view in self.row_views.items()}
-
-    def finish(self, parts):
-        """Copy the shares ``parts`` ([(start, stop)]) written in the segments into the caller's planes."""
-        for name, view in self.views.items():
-            target = self.bound.values[name]
-            for a, b in parts:
-                target[a:b] = view[a:b]
-
-    def close(self):
-        if self.segments is not None:
-            self.segments.close()
 
 
 # -- which workers share the driver's host -----------------------------------------------------

@@ -269,18 +269,21 @@ def run_block(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh,
     takes the threads Dask gave this worker (``worker_threads``).
     """
     mapped = shared.open(start, stop) if isinstance(shared, SharedPlanes) else None
-    if mapped is not None:              # every segment mapped now, kept until the block returns
+    if mapped is None:
+        with thread_budget(worker_threads()):
+            return _run(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device)
+    try:                                # every segment mapped now, kept until the block returns
         sliced, whole = {**sliced, **mapped.sliced}, {**(whole or {}), **mapped.whole}
-    with thread_budget(worker_threads()):
-        blocks, rows = _run(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device,
-                            mapped.in_place if mapped is not None else None)
-    if mapped is not None:
+        with thread_budget(worker_threads()):
+            blocks, rows = _run(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device,
+                                mapped.in_place)
         if blocks:
             raise RuntimeError(f"kernel {plugin.name!r}: output planes {sorted(blocks)} of the block of rank {rank} "
                                "are not in shared memory, although the block's planes are")
         mapped.write_rows(rows)      # through the block's own mappings: the driver reads them there
-        return blocks, None
-    return blocks, rows
+    finally:
+        mapped.close()               # its locks on the arena's regions dropped after its last write
+    return blocks, None
 
 
 def worker_threads() -> int:

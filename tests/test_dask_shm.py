@@ -5,7 +5,9 @@ and 3 workers; the workers really mapped the driver's segments; a worker counted
 host (``EAGLE_DASK_HOST_ID``) takes the messages in the same run, with the same bits; and
 ``/dev/shm`` holds none of this process's segments after a run ends in any way -- returned,
 raised, a worker killed, a block that kills every worker, a cancelled run, Ctrl-C, and an
-interpreter that exits without closing its run.
+interpreter that exits without closing its run -- but the arena, after a run that returned
+(``eagle_dask.arena``: one segment, every region given back), until ``close_arena`` or exit.
+Every test runs with the arena on and off (``EAGLE_DASK_ARENA``).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import eagle.exec as eexec  # noqa: E402
 import eagle_dask  # noqa: E402
 from eagle import plan as eplan  # noqa: E402
 from eagle.models import oscillator  # noqa: E402
-from eagle_dask import DaskPartition, shm  # noqa: E402
+from eagle_dask import DaskPartition, arena, shm  # noqa: E402
 from tests import kernels as K  # noqa: E402
 from tests.launch import ROOT, local_client, run_in_thread  # noqa: E402
 from tests.test_dask_faults import (LONG, CrashOn, crash_me, kill_workers, oscillators, processing,  # noqa: E402
@@ -41,6 +43,28 @@ def ours():
     """This process's segments in /dev/shm."""
     mine = f"{shm.PREFIX}{os.getpid()}-"
     return sorted(f for f in os.listdir(shm.SHM_DIR) if f.startswith(mine))
+
+
+@pytest.fixture(autouse=True, params=["arena", "fresh"])
+def mode(request, monkeypatch):
+    """Every test with the arena on and off; no arena left from another test."""
+    monkeypatch.setenv("EAGLE_DASK_ARENA", "1" if request.param == "arena" else "0")
+    arena.close_arena()
+    yield request.param
+    arena.close_arena()
+    assert ours() == [], "close_arena left segments"
+
+
+def after_return(why=""):
+    """What a run that returned leaves in /dev/shm: nothing with fresh segments; with the arena,
+    the arena alone (mode 0600), every region of it given back."""
+    cur = arena.current()
+    if not arena.enabled():
+        assert cur is None
+    assert ours() == ([cur.name] if cur is not None else []), f"segments left in /dev/shm {why}"
+    if cur is not None:
+        assert os.stat(os.path.join(shm.SHM_DIR, cur.name)).st_mode & 0o777 == 0o600
+        assert arena.in_use() == 0, f"regions of the arena not given back {why}"
 
 
 def on(client, k, **kw):
@@ -77,7 +101,7 @@ def test_same_bits_through_shared_memory(client, name):
             assert K.same_bits(want, got), f"{name}: {k} workers, n={n}: not the bits of one process"
             used = [a for a, names in mapped(client).items() if names]
             assert len(used) == (min(k, n) if not plugin.cells else min(k, -(-n // 32))), (name, k, n, used)
-            assert ours() == [], f"{name}, {k} workers, n={n}: segments left in /dev/shm"
+            after_return(f"{name}, {k} workers, n={n}")
 
 
 @pytest.mark.parametrize("name", ["reductions", "oscillator"])
@@ -106,7 +130,7 @@ def test_blocks_on_the_drivers_host_are_not_fetched(client, monkeypatch, name):
             assert fetched == [], f"blocks fetched from workers on the driver's host: {fetched}"
         else:
             assert sum(fetched) >= 2 + 3 * 2, fetched      # every block of n >= 1 (n = 1, 33: one per run)
-    assert ours() == []
+    after_return()
 
 
 def test_supplied_outputs_written_in_place(client):
@@ -127,7 +151,7 @@ def test_supplied_outputs_written_in_place(client):
         omega=np.linspace(0.5, 2.0, n), dt=1e-3, steps=200, **x0)
     assert out["x"] is x0["x"] and out["v"] is x0["v"]
     assert K.same_bits(ref, out)
-    assert ours() == []
+    after_return()
 
 
 def test_same_bits_twice_on_the_same_planes(client):
@@ -175,7 +199,7 @@ def test_a_worker_on_another_host_in_the_same_run():
         c.run(shm.clear_opened)
         got = K.as_dict(plugin, eplan.plan(plugin, structure=on(c, 2)).run(**K.inputs("oscillator", 2000)))
         assert K.same_bits(K.one_process("oscillator", 2000), got)
-        assert ours() == []
+        assert ours() == []             # a block sent again: the arena retired
 
 
 def test_shared_memory_off_takes_the_messages(client, monkeypatch):
@@ -207,7 +231,7 @@ def test_segments_are_private_and_exclusive():
 def _watch_segments(box, stop):
     """Record the most segments of this process seen while a run goes on."""
     while not stop.is_set():
-        box["most"] = max(box.get("most", 0), len(ours()))
+        box["most"] = max(box.get("most", 0), len(ours()) if not arena.enabled() else arena.in_use())
         time.sleep(0.02)
 
 
@@ -250,7 +274,7 @@ def test_cancelled_and_interrupted_runs_leave_nothing():
         p.run(**oscillators(64, 1))
         th, box = run_in_thread(p, oscillators(4096, LONG))
         wait_processing(c, 2)
-        assert ours(), "the run did not go through shared memory"
+        assert ours() and (not arena.enabled() or arena.in_use()), "the run did not go through shared memory"
         c.cancel([Future(k, c) for ks in processing(c).values() for k in ks])
         th.join(60)
         assert not th.is_alive() and isinstance(box.get("error"), RuntimeError), repr(box)
@@ -263,7 +287,7 @@ def test_cancelled_and_interrupted_runs_leave_nothing():
                 wait_processing(c, 2, timeout=60)
             except AssertionError:
                 return
-            box["during"] = ours()
+            box["during"] = ours() if not arena.enabled() else arena.in_use()
             signal.pthread_kill(main, signal.SIGINT)              # Ctrl-C
 
         helper = threading.Thread(target=interrupt, daemon=True)
@@ -291,9 +315,10 @@ def test_block_killing_every_worker_leaves_nothing():
 EXITS = """
 import os, sys
 import numpy as np
-from eagle_dask import shm
-seg = shm.Segments()
-made, _ = seg.new((1000,), np.float64, np.ones(1000))
+from eagle_dask import arena, shm
+seg = arena.ArenaRun([8000]) if arena.enabled() else shm.Segments()
+made, _ = seg.put((1000,), np.float64, np.ones(1000))
+made = getattr(made, "seg", made)
 print(made.name, flush=True)
 assert os.path.exists(os.path.join(shm.SHM_DIR, made.name))
 sys.exit(0)          # the run never closed its segments

@@ -29,7 +29,7 @@ from eagle import Cell, In, Out, Param  # noqa: E402
 from eagle import plan as eplan  # noqa: E402
 from eagle.bits import same_bits  # noqa: E402
 from eagle.rows import fold, n_rows  # noqa: E402
-from eagle_dask import DaskPartition, shm  # noqa: E402
+from eagle_dask import DaskPartition, arena, shm  # noqa: E402
 from eagle_dask.task import run_block  # noqa: E402
 
 NOBODY = 65534
@@ -304,6 +304,7 @@ def test_a_failed_run_under_attack_then_the_next_run(tmp_path):
             finally:
                 sweep()
             assert same_bits(got, want), f"{kind}: the run after the attack is not the bits of one process"
+            arena.close_arena()                      # the next run's arena: kept until closed
             assert victims() == [], f"{kind}: segments left"
 
 

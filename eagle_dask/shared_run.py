@@ -1,0 +1,157 @@
+"""The driver's side of one numpy-mode run's planes in shared memory (``eagle_dask.shm``).
+
+The planes are carved from the driver's arena (``eagle_dask.arena``) or, with
+``EAGLE_DASK_ARENA=0``, put in fresh segments of their own (``eagle_dask.shm.Segments``); the
+workers map either the same way, checked.  With the arena a fresh ``Out`` is copied out of it
+when the run ends (its region is the next run's); with fresh segments it is a view of its segment.
+
+A ``Mutable`` or a supplied ``Out`` must start a block run again from its initial values.  With
+fresh segments they are staged (a second segment holds them; the worker copies its share out).
+In the arena they have one region, written in place, and the caller's array -- untouched until
+the run ends -- is the original: a block records that it started (one byte per run, at its first
+sample); started again (the scheduler reran it after its worker was lost) it refuses
+(``StartedBefore``), and the driver copies the block's share back from the caller's array
+(``restore``) before it sends the block again, as before every rerun it decides itself.  Every
+arena run keeps these flags, Mutables or not: a block the scheduler runs again after it finished
+(its worker declared dead while the run goes on) would otherwise zero and rewrite its share of a
+fresh ``Out`` while the driver copies it out; it refuses instead, and the driver, which has its
+result, does not look at it again.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from eagle.rows import n_rows, row_span
+
+from . import arena
+from .shm import LocalWorkers, Segments, SharedPlanes, host_id
+
+
+class SharedRun:
+    """The driver's side of one run's planes in shared memory: which workers share this host
+    (``LocalWorkers``, asked for ``addresses``), the planes placed at the first block sent to
+    one of them (``for_block``); ``finish`` copies the written shares back into the caller's
+    planes; ``close`` gives the arena's regions back, or unlinks every fresh segment."""
+
+    def __init__(self, client, addresses, bound, sliced, whole, fresh, outputs, sliceable, cells=()):
+        self.client = client
+        self.local = LocalWorkers.of(client, sorted(set(addresses)))
+        self.bound, self.sliced, self.whole, self.fresh = bound, sliced, whole, fresh
+        self.outputs, self.sliceable, self.cells = outputs, sliceable, tuple(cells)
+        self.segments = None
+        self.planes = None
+        self.failed = False          # /dev/shm could not hold the planes: every block takes the messages
+        self.rows = {}
+        self.views = {}
+        self.fresh_views = {}
+        self.row_views = {}
+        self.clean = False           # the run returned and no block of it ran twice (``finish``)
+        self.started = None          # (Region, n) of the blocks' started flags, (Region, view) on the driver
+        self.in_place = {}           # Mutables and supplied Outs written in place in the arena: their views
+        self.host = host_id()
+
+    def _specs(self):
+        """What the run places, in order: (what, name, shape, dtype, data)."""
+        specs, staged = [], not arena.enabled()
+        for name, v in {**self.sliced, **self.whole}.items():
+            v = np.asarray(v)
+            if name in self.outputs and not staged:
+                specs.append(("inout", name, v.shape, v.dtype, v))      # one region, run in place
+                continue
+            specs.append(("in", name, v.shape, v.dtype, v))
+            if name in self.outputs:
+                specs.append(("out", name, v.shape, v.dtype, None))     # Mutables and supplied Outs: staged
+        if not staged:                  # every arena run: a block writes its share on its first start only
+            n = max(self.bound.n, 1)
+            specs.append(("started", "", (n,), np.dtype(np.uint8), np.zeros(n, np.uint8)))
+        for name in self.fresh:
+            target = self.bound.values[name]
+            specs.append(("fresh", name, target.shape, target.dtype, None))
+        total = n_rows(self.bound.n)
+        specs += [("rows", cell, (total, 2), np.dtype(np.float64), None) for cell in self.cells]
+        return specs
+
+    def _build(self):
+        specs = self._specs()
+        if arena.enabled():
+            self.segments = arena.ArenaRun([int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize
+                                            for _, _, s, d, _ in specs])
+        else:
+            self.segments = Segments()
+        planes, total = {}, n_rows(self.bound.n)
+        for what, name, shape, dtype, data in specs:
+            ref, view = self.segments.put(shape, dtype, data)
+            if what == "in":
+                planes[name] = (ref, None, np.dtype(dtype).str, shape, name in self.sliced, False)
+            elif what == "out":
+                planes[name] = planes[name][:1] + (ref,) + planes[name][2:]
+                self.views[name] = view
+            elif what == "inout":
+                planes[name] = (None, ref, np.dtype(dtype).str, shape, name in self.sliced, False)
+                self.views[name] = self.in_place[name] = view
+            elif what == "started":
+                self.started = ((ref, shape[0]), view)
+            elif what == "fresh":
+                self.bound.values[name] = self.fresh_views[name] = view      # blocks sent as messages land here
+                planes[name] = (None, ref, np.dtype(dtype).str, shape, True, True)
+            else:
+                self.row_views[name] = view
+                self.rows[name] = (ref, total)
+        self.planes = planes
+
+    def for_block(self, address, remote=False):
+        """The ``SharedPlanes`` of a block sent to ``address`` (planes placed at the first call),
+        or None when it takes the messages: ``remote`` (it ran on another host before), a worker
+        of another host, or a ``/dev/shm`` that cannot hold the planes."""
+        if remote:
+            return None
+        if address not in self.local:
+            self.local |= LocalWorkers.of(self.client, [address])      # a worker that joined since
+            if address not in self.local:
+                return None
+        if self.planes is None:
+            try:
+                self._build()
+            except OSError:
+                self.close()
+                self.planes, self.failed = {}, True
+                return None
+        if self.failed:
+            return None
+        planes = {k: (a, b, d, s, sl and k in self.sliceable, f) for k, (a, b, d, s, sl, f) in self.planes.items()}
+        return SharedPlanes(self.host, planes, self.rows, self.started and self.started[0],
+                            getattr(self.segments, "lease", None))
+
+    def restore(self, start, stop):
+        """Before block ``[start, stop)`` runs again: its share of the in-place planes copied back
+        from the caller's arrays (their initial values), its started flag cleared."""
+        for name, view in self.in_place.items():
+            view[start:stop] = self.bound.values[name][start:stop]
+        if self.started is not None and stop > start:
+            self.started[1][start] = 0
+
+    def rows_of(self, start, stop):
+        """The row partials a finished block of samples ``[start, stop)`` wrote (copies)."""
+        r0, r1 = row_span(start, stop)
+        return {cell: view[r0:r1].copy() for cell, view in self.row_views.items()}
+
+    def finish(self, parts, twice=False):
+        """Copy the shares ``parts`` ([(start, stop)]) written in shared memory into the caller's
+        planes; a fresh ``Out`` in the arena copied out of it whole.  ``twice``: a block of the
+        run ran again (``close`` then retires the arena)."""
+        for name, view in self.views.items():
+            target = self.bound.values[name]
+            for a, b in parts:
+                target[a:b] = view[a:b]
+        if isinstance(self.segments, arena.ArenaRun):
+            for name, view in self.fresh_views.items():
+                self.bound.values[name] = view.copy()
+        self.clean = not twice
+
+    def close(self):
+        """The arena's regions given back (the run finished, no block ran twice), else the arena
+        retired; fresh segments unlinked."""
+        if isinstance(self.segments, arena.ArenaRun):
+            self.segments.close(self.clean)
+        elif self.segments is not None:
+            self.segments.close()
