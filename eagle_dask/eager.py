@@ -23,7 +23,8 @@ block is back:
   (``distributed.scheduler.allowed-failures``) or, resubmitted ``RESUBMITS`` times, as a
   ``RuntimeError`` naming the kernel and the rank;
 * no worker at all for ``timeout`` seconds: ``TimeoutError``;
-* the client closed, or the run's futures cancelled: a ``RuntimeError`` naming the kernel;
+* the client closed, or the run's futures cancelled: a ``RuntimeError`` naming the kernel
+  (what a block that did not come back means: ``eagle_dask.block_faults``);
 * any exception in the driver (``KeyboardInterrupt`` included) cancels the run's tasks; each
   block stops at the end of its current piece (``eagle_dask.task.run_pieces``).
 
@@ -49,14 +50,13 @@ from eagle.bind import is_array
 from eagle.roles import OUTPUT_KINDS, TABLE
 from eagle.rows import split
 
+from . import block_faults as faults
 from . import keys
-from .client import CLOSED_REASON
 from .progress import end_progress, show_progress
 from .ranks import worker_ranks
 from .send import TRIES, scatter_everywhere, scatter_to
 from .shared_run import SharedRun
-from .shm import Elsewhere, StartedBefore
-from .tables import lost, shared
+from .tables import shared
 from .task import PluginRef, run_block
 
 #: seconds between looks at the scheduler's view of the blocks while none comes back
@@ -290,10 +290,10 @@ class EagerRun:
                     self._done(b, out, rows)
         for b in others:
             if b.future.status == "error":
-                if _elsewhere(self, b):
+                if faults.ran_elsewhere(self, b):
                     continue
-                self._raise_error(b)
-            self._cancelled(b)
+                faults.failed(self, b)
+            faults.cancelled(self, b)
         return again
 
     def _done(self, b, out, rows):
@@ -311,52 +311,13 @@ class EagerRun:
     @contextlib.contextmanager
     def _scheduler_calls(self):
         """Calls to the scheduler: a connection closed under them because the scheduler is gone
-        (``CommClosedError``, an ``OSError``) ends the run in :meth:`_scheduler_lost`'s words."""
+        (``CommClosedError``, an ``OSError``) ends the run in ``block_faults.scheduler_lost``'s words."""
         try:
             yield
         except OSError as e:
             if self.client.status == "running" and self.client.scheduler.address not in str(e):
                 raise
-            raise self._scheduler_lost() from None
-
-    def _scheduler_lost(self):
-        return RuntimeError(f"DaskPartition: the connection to the scheduler {self.client.scheduler.address} was "
-                            f"lost while kernel {self.name!r} ran: its process or host is gone (under mpirun, "
-                            f"rank 0 of `eagle-dask cluster`); the blocks of rank(s) {self.left()} were not "
-                            "computed and the output planes are incomplete: start the cluster again and rerun")
-
-    def _cancelled(self, b):
-        """A block whose future was cancelled: the client closed, whole planes lost, or a cancel."""
-        left = self.left()
-        if (self.client.status not in ("running", "connecting", "newly-created")
-                or _cancel_reason(b.future) == CLOSED_REASON):
-            raise RuntimeError(f"DaskPartition: the client closed while kernel {self.name!r} ran; the blocks of "
-                               f"rank(s) {left} were not computed and the output planes are incomplete")
-        if _scheduler_lost(self.client, b.future):
-            raise self._scheduler_lost()
-        share_lost = b.inputs is not None and lost([b.inputs])    # lost with the worker it was sent to
-        # its tables lost with every worker that held them, or already sent again for another block
-        # cancelled by the same loss
-        tables_lost = bool(b.tables) and (b.tables is not self.table_f or lost(self.table_f.values()))
-        if share_lost or (b.whole is not None and b.whole.status != "finished") or tables_lost:
-            if tables_lost and b.tables is self.table_f:
-                self._send_tables()
-            if b.whole is not None and b.whole is self.whole_f:
-                self._scatter()                         # and so were the whole planes
-            self._again(b)
-            self._resubmitted.append(b)
-            return
-        raise RuntimeError(f"DaskPartition: the block of rank {b.rank} of kernel {self.name!r} was cancelled "
-                           f"(client.cancel, or the scheduler released it); the blocks of rank(s) {left} were not "
-                           "computed and the output planes are incomplete")
-
-    def _raise_error(self, b):
-        exc = b.future.exception()
-        from distributed.scheduler import KilledWorker
-        if isinstance(exc, KilledWorker):
-            raise RuntimeError(f"DaskPartition: the block of rank {b.rank} of kernel {self.name!r} killed every "
-                               f"worker that ran it ({exc}); it was given up") from None
-        raise exc
+            raise faults.scheduler_lost(self) from None
 
     def _again(self, b, live=None, loose=True):
         """Resubmit ``b`` to its rank's worker now (by name; else a worker by position)."""
@@ -555,27 +516,3 @@ def _send_share(run, b, address):
               f"{sorted(share)}) of kernel {run.name!r} could not be sent to worker(s) {tried} within "
               f"timeout={timeout:g} s (gone, paused, or not reachable from the driver); the output planes "
               "are incomplete: rerun, or give DaskPartition.on(timeout=...) more")
-
-
-def _elsewhere(run, b):
-    """A shared-memory block the scheduler ran on another host: sent again through the messages;
-    or ran again after its worker was lost (``StartedBefore``): restored and sent again."""
-    exc = b.future.exception()
-    if not b.shared or not isinstance(exc, (Elsewhere, StartedBefore)):
-        return False
-    b.remote = isinstance(exc, Elsewhere)
-    run._again(b)
-    run._resubmitted.append(b)
-    return True
-
-
-def _cancel_reason(future):
-    """The reason ``future`` was cancelled with (distributed's, or ``EagleClient``'s at close), or None."""
-    cancelled = getattr(getattr(future, "_state", None), "exception", None)
-    return getattr(cancelled, "reason", None)
-
-
-def _scheduler_lost(client, future) -> bool:
-    """Whether ``future`` was cancelled because ``client`` lost its scheduler (distributed's reason
-    ``scheduler-connection-lost``; the client is then reconnecting)."""
-    return _cancel_reason(future) == "scheduler-connection-lost" or client.status == "connecting"

@@ -26,7 +26,7 @@ MUTANTS = [
              "timeout=timeout, callback_timeout=timeout)"),
      "tests": [ROAD], "timeout": 600},
     {"name": "a share lost with its worker not sent again (the block's cancel taken for the user's)",
-     "path": "eagle_dask/eager.py",
+     "path": "eagle_dask/block_faults.py",
      "old": "share_lost = b.inputs is not None and lost([b.inputs])",
      "new": "share_lost = False",
      "tests": [LOST], "timeout": 600},
