@@ -77,6 +77,21 @@ def test_same_bits_across_hosts_in_numpy_and_lazy_mode(workdir, workers):
 ROAD_N = 1_000_000
 
 
+def check_road(run, what, most):
+    """A run on the road bed (scheduler on eagle-h0, driver on eagle-h3): between 1.0 and ``most``
+    bytes on the links per plane byte (``run["plane_bytes"]``: ``what``), the scheduler's host
+    under 5 % of them, the driver's link 1.0 to 1.05 of them; bytes per host returned."""
+    planes, by_host = run["plane_bytes"], {int(h): b for h, b in run["by_host"].items()}
+    per = run["moved"] / planes
+    print(f"{run['mode']} {run['kernel']} n={run['n']}: {per:.3f} {what}; bytes through each host's link / plane "
+          f"bytes: {({h: round(b / planes, 3) for h, b in sorted(by_host.items())})}")
+    assert 1.0 <= per <= most, f"{run['kernel']}: {per:.3f} {what}, not at most {most}"
+    assert by_host[0] < 0.05 * planes, (f"{run['kernel']}: the scheduler's host moved {by_host[0]} bytes for "
+                                        f"{planes} plane bytes: they went through it")
+    assert 1.0 <= by_host[3] / planes <= 1.05, f"{run['kernel']}: the driver's link moved {by_host[3]} bytes"
+    return by_host
+
+
 def test_numpy_mode_planes_go_straight_between_the_driver_and_the_workers(workdir):
     """Scheduler on eagle-h0, workers on eagle-h1 and eagle-h2, the driver on eagle-h3 (no worker
     on its host: every block takes the network): each block's inputs go from the driver straight
@@ -88,14 +103,8 @@ def test_numpy_mode_planes_go_straight_between_the_driver_and_the_workers(workdi
     assert report["local_workers"] == [], "a worker of another host taken for the driver's"
     for run, out in zip(report["runs"], report["outputs"]):
         check_bits(run["kernel"], out, ROAD_N)
-        planes, by_host = run["plane_bytes"], {int(h): b for h, b in run["by_host"].items()}
-        per = run["moved"] / planes
-        print(f"numpy {run['kernel']} n={ROAD_N}: {per:.3f} crossings per plane byte; bytes through each host's "
-              f"link / plane bytes: {({h: round(b / planes, 3) for h, b in sorted(by_host.items())})}")
-        assert 1.0 <= per <= 1.05, f"{run['kernel']}: {per:.3f} network crossings per plane byte, not at most 1.05"
-        assert by_host[0] < 0.05 * planes, (f"{run['kernel']}: the scheduler's host moved {by_host[0]} bytes for "
-                                            f"{planes} plane bytes: the planes went through it")
-        assert 1.0 <= by_host[3] / planes <= 1.05, f"{run['kernel']}: the driver's link moved {by_host[3]} bytes"
+        by_host = check_road(run, "network crossings per plane byte", 1.05)
+        planes = run["plane_bytes"]
         assert 1.0 <= (by_host[1] + by_host[2]) / planes <= 1.05, f"{run['kernel']}: the workers' links {by_host}"
 
 
@@ -118,14 +127,7 @@ def test_lazy_mode_results_come_straight_to_the_driver_and_blocks_run_where_thei
         check_bits(run["kernel"], out, ROAD_N)
         if i % 2 == 0:
             continue
-        planes, by_host = run["plane_bytes"], {int(h): b for h, b in run["by_host"].items()}
-        per = run["moved"] / planes
-        print(f"lazy {run['kernel']} n={ROAD_N}: {per:.3f} bytes moved per output byte; bytes through each host's "
-              f"link / output bytes: {({h: round(b / planes, 3) for h, b in sorted(by_host.items())})}")
-        assert 1.0 <= per <= 1.2, f"{run['kernel']}: {per:.3f} bytes moved per output byte, not at most 1.2"
-        assert by_host[0] < 0.05 * planes, (f"{run['kernel']}: the scheduler's host moved {by_host[0]} bytes for "
-                                            f"{planes} output bytes: the results went through it")
-        assert 1.0 <= by_host[3] / planes <= 1.05, f"{run['kernel']}: the driver's link moved {by_host[3]} bytes"
+        check_road(run, "bytes moved per output byte", 1.2)
 
 
 def test_a_worker_on_the_drivers_host_maps_segments_and_one_elsewhere_never_does(workdir):
