@@ -17,12 +17,19 @@ builds it.
 """
 from __future__ import annotations
 
-from dask._task_spec import List, Task, TaskRef
-from dask.array.core import finalize as array_finalize
+import sys
+
+
+def _array_finalize():
+    """dask's array ``finalize``, or None while ``dask.array`` is not imported (then no key asked
+    for is an array's; importing eagle_dask imports neither it nor what it pulls in)."""
+    core = sys.modules.get("dask.array.core")
+    return None if core is None else core.finalize
 
 
 def _block_keys(node):
     """The nested lists of keys a finalize task reads, or None where it reads anything else."""
+    from dask._task_spec import List, TaskRef
     if isinstance(node, TaskRef):
         return node.key
     if isinstance(node, List):
@@ -34,8 +41,10 @@ def _block_keys(node):
 def split(expr, keys):
     """``(keys to fetch, {joined key: its blocks' keys})``: ``keys`` with every array finalize
     among them replaced by the keys of the blocks it joins, or None when there is none."""
-    if not isinstance(keys, (list, tuple)):
+    array_finalize = _array_finalize()
+    if array_finalize is None or not isinstance(keys, (list, tuple)):
         return None
+    from dask._task_spec import Task
     graph = expr.__dask_graph__()
     joined = {}
     for key in keys:
@@ -53,5 +62,6 @@ def split(expr, keys):
 def join(keys, fetched, joined) -> list:
     """What ``Client.get`` would have returned for ``keys``: each joined key's blocks
     concatenated here, every other result as fetched."""
+    array_finalize = _array_finalize()
     return [array_finalize(got) if not isinstance(k, list) and k in joined else got
             for k, got in zip(keys, fetched)]

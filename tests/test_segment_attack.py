@@ -54,6 +54,15 @@ def spin(i, x: In, steps: Param, y: Out, total: Cell["sum"]):
     total[i] = v
 
 
+@pytest.fixture(autouse=True)
+def no_arena_of_earlier_tests():
+    """This process's arena (kept across runs by design, ``eagle_dask.arena``) made by an earlier
+    test retired first, so that every segment of this process a test finds is one its own runs
+    left."""
+    arena.close_arena()
+    yield
+
+
 def victims():
     """This process's segments in /dev/shm that it owns (the attacker's files left aside)."""
     mine = f"{shm.PREFIX}{os.getpid()}-"
