@@ -8,6 +8,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from dask.core import get_dependencies
 from distributed import get_task_stream, wait
 
 import eagle
@@ -121,14 +122,25 @@ def test_a_block_takes_only_the_samples_it_reads_of_a_neighbours_chunk(client):
     res = plan.run(**planes)
     cuts = np.concatenate([[0], np.cumsum(res["x"].chunks[0])])
     assert list(cuts) == [0, 24_992, 49_984, 74_976, N]
+    # the graph: a block depends on an input chunk itself only where it reads at least half of it
+    graph = dict(res["x"].__dask_graph__())
+    edges = np.arange(0, N + CHUNKS, CHUNKS).clip(max=N)
+    names = {planes[k].name for k in arrays}
+    for key in graph:
+        if "-eagle-block-" not in str(key):
+            continue
+        b = key[1]
+        for dep in get_dependencies(graph, key):
+            if isinstance(dep, tuple) and dep[0] in names:
+                i = dep[1]
+                reads = min(edges[i + 1], cuts[b + 1]) - max(edges[i], cuts[b])
+                assert 2 * reads >= edges[i + 1] - edges[i], f"block {b} depends on chunk {i} whole to read {reads}"
     got, logs, ran = moved(client, lambda: dask.compute(res)[0])
     assert same_bits(reference("oscillator"), got)
-    names = {planes[k].name for k in arrays}
     blocks_on = {}
     for key, worker in ran.items():
         if "-eagle-block-" in key:
             blocks_on.setdefault(worker, []).append(int(key.rsplit(",", 1)[1].strip(" )")))
-    edges = np.arange(0, N + CHUNKS, CHUNKS).clip(max=N)
     for worker, log in logs.items():
         for key, nbytes in log:
             if not any(name in key for name in names):
