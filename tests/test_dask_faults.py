@@ -12,6 +12,7 @@ Every fault test starts its own small cluster on 127.0.0.1 (it kills or closes i
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -293,13 +294,27 @@ def test_on_takes_what_it_says():
 STALL = 3.0
 
 
+@contextlib.contextmanager
+def stopped_worker(client, address):
+    """The worker process at ``address`` stopped with SIGSTOP, as on a hung host (the worker only:
+    under ``local_cluster`` its nanny lives in this process), and let go on with SIGCONT however
+    the block ends."""
+    import psutil
+    proc = psutil.Process(client.run(os.getpid, workers=[address])[address])
+    assert proc.pid != os.getpid()
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGCONT)
+
+
 @pytest.mark.parametrize("transport", ["shared memory", "messages"])
 def test_a_hung_worker_is_given_up_after_stall_timeout_with_the_same_bits(transport, monkeypatch):
     """One worker process stopped with SIGSTOP mid-block, as on a hung host: no heartbeat
     reaches the scheduler, which would wait for its worker-ttl (minutes).  The block is rerun on
     the other worker after ``stall_timeout``: the bits of one process, well before the worker is
     let go on."""
-    import psutil
     if transport == "messages":
         monkeypatch.setenv("EAGLE_DASK_SHM", "0")
     plugin = eagle.deploy(oscillator)
@@ -307,26 +322,17 @@ def test_a_hung_worker_is_given_up_after_stall_timeout_with_the_same_bits(transp
     t0 = time.monotonic()
     ref = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**make()))
     one = time.monotonic() - t0          # the whole run in this process: about a block on a worker
-    stopped = []
     with eagle_dask.local_cluster(n_workers=2) as client:
-        try:
-            client.wait_for_workers(2, timeout=120)
-            p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False, stall_timeout=STALL))
-            p.run(**oscillators(64, 1))                                   # compile on both workers
-            th, box = run_in_thread(p, make())
-            wait_processing(client, 2)
-            address = sorted(a for a, keys in processing(client).items() if keys)[0]
-            # the worker only: its nanny lives in this process (local_cluster)
-            stopped = [psutil.Process(client.run(os.getpid, workers=[address])[address])]
-            assert stopped[0].pid != os.getpid()
-            for proc in stopped:
-                proc.send_signal(signal.SIGSTOP)
+        client.wait_for_workers(2, timeout=120)
+        p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False, stall_timeout=STALL))
+        p.run(**oscillators(64, 1))                                   # compile on both workers
+        th, box = run_in_thread(p, make())
+        wait_processing(client, 2)
+        address = sorted(a for a, keys in processing(client).items() if keys)[0]
+        with stopped_worker(client, address):
             assert th.is_alive(), "the run ended before the worker was stopped: its blocks are too short"
             th.join(60)
             assert not th.is_alive(), "the run waited for the hung worker"
-        finally:
-            for proc in stopped:
-                proc.send_signal(signal.SIGCONT)
     assert "error" not in box, repr(box.get("error"))
     assert K.same_bits(ref, K.as_dict(plugin, box["out"]))
     # the stall bound, the other worker's own block, the block rerun there, and the polls (a bound
@@ -366,28 +372,19 @@ def test_a_worker_hung_before_the_run_gets_no_share_and_the_run_ends_with_the_sa
     the run, so its share cannot be sent to it.  The send is given up after ``stall_timeout`` (plus
     the share's bytes at ``SLOW_SEND``), the share goes to the other worker, and the run returns
     the bits of one process, well before the run's ``timeout``."""
-    import psutil
     monkeypatch.setenv("EAGLE_DASK_SHM", "0")
     plugin = eagle.deploy(oscillator)
     make = lambda: oscillators(4096, 1000)          # noqa: E731 - short blocks: the send is what is timed
     ref = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**make()))
-    stopped = []
     with eagle_dask.local_cluster(n_workers=2) as client:
-        try:
-            client.wait_for_workers(2, timeout=120)
-            p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False, stall_timeout=STALL,
-                                                              timeout=120))
-            p.run(**oscillators(64, 1))                                   # compile on both workers
-            address = sorted(client.scheduler_info()["workers"])[0]
-            stopped = [psutil.Process(client.run(os.getpid, workers=[address])[address])]
-            assert stopped[0].pid != os.getpid()
-            stopped[0].send_signal(signal.SIGSTOP)
+        client.wait_for_workers(2, timeout=120)
+        p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False, stall_timeout=STALL,
+                                                          timeout=120))
+        p.run(**oscillators(64, 1))                                   # compile on both workers
+        with stopped_worker(client, sorted(client.scheduler_info()["workers"])[0]):
             th, box = run_in_thread(p, make())
             th.join(100)
             assert not th.is_alive(), "the run waited for the hung worker"
-        finally:
-            for proc in stopped:
-                proc.send_signal(signal.SIGCONT)
     assert "error" not in box, repr(box.get("error"))
     assert K.same_bits(ref, K.as_dict(plugin, box["out"]))
     assert box["seconds"] < STALL + 30, box["seconds"]
