@@ -7,9 +7,9 @@ byte crosses the network about 2.5 times with two workers (every byte held twice
 and the whole output in that worker's memory at once).  ``EagleClient.get`` (the scheduler
 ``compute`` calls) uses ``split`` to ask for the blocks instead of those concatenations (the
 scheduler builds only what the keys asked for need, so the finalize tasks are never made; the
-graph and its annotations are sent as dask built them): the blocks are fetched from the workers that made them (``direct=True``),
-and ``join`` concatenates them on the driver with dask's own ``finalize`` -- one crossing per
-output byte, the same array, the same bits.
+graph and its annotations are sent as dask built them): the blocks are fetched from the workers
+that made them (``direct=True``), and ``join`` concatenates them on the driver with dask's own
+``finalize`` -- one crossing per output byte, the same array, the same bits.
 
 Only a key whose task is exactly dask's array ``finalize`` over references to other keys is
 changed; every other key (a scalar, a Delayed, a DataFrame's finalize) is computed as dask
