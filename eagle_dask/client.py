@@ -6,7 +6,10 @@ A ``distributed.Client`` that
   hold them (``eagle_dask.client_join``), not on one worker and then through the scheduler;
 * on ``close`` first ends every computation still waiting on it with eagle's reason: a lazy
   run's output is computed by the user's own ``.compute()``, where no eagle code runs, and
-  distributed alone says only ``cancelled for reason: unknown``.
+  distributed alone says only ``cancelled for reason: unknown``;
+* sends to the scheduler at most every ``SEND_INTERVAL`` seconds (distributed's client: 10 ms,
+  its workers and scheduler to each other: 2-5 ms): a run's submission that follows the last
+  message by less than that waits for it, so back-to-back small runs took 10 ms at least.
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ from distributed import Client
 from . import client_join
 from .keys import kernel_of
 
+#: seconds between two messages of the client to the scheduler, at least (see the docstring)
+SEND_INTERVAL = 0.002
 #: the reason a computation still waiting when its client closed is given
 CLOSED_REASON = "the eagle client closed"
 
@@ -46,6 +51,12 @@ class EagleClient(Client):
         fetch, joined = cut
         fetched = super().get(dsk, fetch, *args, sync=sync, asynchronous=asynchronous, direct=direct, **kwargs)
         return client_join.join(keys, fetched, joined)
+
+    async def _ensure_connected(self, *args, **kwargs):
+        await super()._ensure_connected(*args, **kwargs)
+        comm = getattr(self, "scheduler_comm", None)
+        if comm is not None and hasattr(comm, "interval"):
+            comm.interval = SEND_INTERVAL
 
     def close(self, *args, **kwargs):
         if self.status not in ("closing", "closed") and getattr(self, "futures", None):

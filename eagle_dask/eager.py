@@ -177,9 +177,7 @@ class EagerRun:
             if keys.reports_progress(self.tag):       # before the blocks start: they report as they go
                 self.bar = show_progress(client, self.tag, self.name, n, {b.rank: b.part.count for b in self.blocks})
             self._send_tables()
-            for b in self.blocks:
-                self._submit(b, self.table[b.rank].address)
-            Held.release_after_submit(client)
+            self._submit_together([(b, self.table[b.rank].address) for b in self.blocks], release_held=True)
             self._supervise()
             self.shared.finish([(b.part.base, b.part.stop) for b in self.blocks if b.shared],
                                twice=any(b.attempts for b in self.blocks))      # (see ``SharedRun.close``)
@@ -215,14 +213,31 @@ class EagerRun:
     def _submit(self, b, address, loose=True):
         """Submit block ``b`` pinned to ``address``; ``loose``: the scheduler may run it elsewhere
         (not for a block taken from a silent worker, which the scheduler takes for an idle one)."""
-        p = b.part
-        sliced, whole_f, fresh, shared, address = _transport(self, b, address)
-        key = keys.block_key(self.name, self.tag, b.rank, b.attempts)
-        b.address, b.whole, b.tables = address, whole_f, self.table_f
-        b.future = self.client.submit(self.task, self.ref, self.plan.inner, b.rank, p.base, p.stop, self.bound.n,
-                                      sliced, whole_f, {**self.params, **self.table_f}, fresh, self.device,
-                                      shared, key=key,
-                                      workers=[address], allow_other_workers=loose, pure=False)
+        self._submit_together([(b, address)], loose)
+
+    def _submit_together(self, targets, loose=True, release_held=False):
+        """Submit the blocks ``targets`` ([(block, address)]) in one message to the scheduler:
+        their planes placed and shares sent first (blocking), then every ``client.submit`` in
+        one turn of the client's event loop.  Submitted one by one from this thread, each would
+        be sent on its own, and the client sends at most one message per 10 ms: the second
+        block of a run would start 10 ms after the first."""
+        calls = []
+        for b, address in targets:
+            p = b.part
+            sliced, whole_f, fresh, shared, address = _transport(self, b, address)
+            b.address, b.whole, b.tables = address, whole_f, self.table_f
+            calls.append((b, (self.task, self.ref, self.plan.inner, b.rank, p.base, p.stop, self.bound.n,
+                              sliced, whole_f, {**self.params, **self.table_f}, fresh, self.device, shared),
+                          dict(key=keys.block_key(self.name, self.tag, b.rank, b.attempts), workers=[address],
+                               allow_other_workers=loose, pure=False)))
+
+        async def submit_all():
+            for b, args, kwargs in calls:
+                b.future = self.client.submit(*args, **kwargs)
+            if release_held:
+                Held.release_after_submit(self.client)
+
+        self.client.sync(submit_all)
 
     # -- supervising -----------------------------------------------------------------------
     def _supervise(self):

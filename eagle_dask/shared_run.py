@@ -24,6 +24,7 @@ import numpy as np
 from eagle.rows import n_rows, row_span
 
 from . import arena
+from .copies import copy_all
 from .shm import LocalWorkers, Segments, SharedPlanes, host_id
 
 
@@ -78,9 +79,11 @@ class SharedRun:
                                             for _, _, s, d, _ in specs])
         else:
             self.segments = Segments()
-        planes, total = {}, n_rows(self.bound.n)
+        planes, total, copies = {}, n_rows(self.bound.n), []
         for what, name, shape, dtype, data in specs:
-            ref, view = self.segments.put(shape, dtype, data)
+            ref, view = self.segments.put(shape, dtype)
+            if data is not None:
+                copies.append((view, data))
             if what == "in":
                 planes[name] = (ref, None, np.dtype(dtype).str, shape, name in self.sliced, False)
             elif what == "out":
@@ -97,6 +100,7 @@ class SharedRun:
             else:
                 self.row_views[name] = view
                 self.rows[name] = (ref, total)
+        copy_all(copies)
         self.planes = planes
 
     def for_block(self, address, remote=False):
