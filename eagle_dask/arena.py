@@ -84,13 +84,24 @@ class Arena:
         offsets = []
         for size in map(aligned, sizes):
             span = next((s for s in free if s[1] >= size), None)
-            if span is None or not self.slots:
+            if span is None:
                 return None
             offsets.append(span[0])
             span[0] += size
             span[1] -= size
+        slot = self._slot()
+        if slot is None:
+            return None
         self.free = [s for s in free if s[1] > 0]
-        return offsets, self.slots.pop()
+        return offsets, slot
+
+    def _slot(self):
+        """A free lease slot, write-locked by the driver until its run's planes are placed
+        (``region_locks.placing``); one a block of an earlier run checks right now is skipped."""
+        for i in range(len(self.slots) - 1, -1, -1):
+            if region_locks.placing(self.fd, 8 * self.slots[i], 8):
+                return self.slots.pop(i)
+        return None
 
     def settle(self, spans):
         """The spans ``[(offset, aligned size)]`` of an ended run: those no block locks given back,
@@ -180,19 +191,28 @@ def current():
 class ArenaRun:
     """One run's regions in the arena, reserved at once: ``put`` hands them out in the order of
     ``sizes`` (a ``Region`` and the driver's view); ``close(clean)`` gives them back.  ``lease``:
-    (the run's slot, its token) -- a block takes its locks, then checks the token before it
-    touches the run's regions; ``close`` clears the token, then asks which regions are locked."""
+    (the run's slot, its token, the seconds a block waits for the planes) -- a block takes its
+    locks, waits until the planes are placed (the slot stays write-locked by the driver until
+    ``placed``), then checks the token before it touches the run's regions; ``close`` clears the
+    token, then asks which regions are locked."""
 
-    def __init__(self, sizes):
+    def __init__(self, sizes, timeout=60.0):
         self.sizes = list(sizes)
         self.arena, self.offsets, slot = reserve(self.sizes)
         self.slot = slot
         token = next(_TOKENS)
         self.token_view = self.arena.view(8 * slot, np.int64, (1,))
         self.token_view[0] = token
-        self.lease = (Region(self.arena.seg, 8 * slot, 8), token)
+        self.lease = (Region(self.arena.seg, 8 * slot, 8), token, float(timeout))
         self.taken = 0
         self.closed = False
+        self.placing = True         # the slot write-locked until ``placed``: blocks wait to read
+
+    def placed(self):
+        """The run's planes are in place: blocks waiting for them go on (``region_locks``)."""
+        if self.placing:
+            self.placing = False
+            region_locks.placed(self.arena.fd, 8 * self.slot, 8)
 
     def put(self, shape, dtype, data=None):
         dtype = np.dtype(dtype)
@@ -212,7 +232,10 @@ class ArenaRun:
         if the driver's, the cleared token was stored before it, and the block, reading it after
         its own request, finds it cleared and refuses before writing.  A block that is done
         dropped its locks after its last write.  So no region is given back while a block that
-        passed the check can still write into it, and the run does not wait for any block."""
+        passed the check can still write into it, and the run does not wait for any block.  A block
+        still waiting for the planes (the run raised before ``placed``) sees the token cleared and
+        refuses; the slot's write lock goes with the driver's descriptor when the arena is retired,
+        or is taken again by the next run of the slot."""
         if not self.closed:
             self.closed = True
             self.token_view[0] = 0

@@ -172,12 +172,13 @@ class EagerRun:
         self.failed_gathers = 0
         self.shared = SharedRun(client, [self.table[b.rank].address for b in self.blocks], bound, self.sliced,
                                 self.whole, self.fresh, set(plugin.names(*OUTPUT_KINDS)), plugin.sliceable,
-                                plugin.cells)
+                                plugin.cells, place_later=True, timeout=self.structure.timeout)
         try:
             if keys.reports_progress(self.tag):       # before the blocks start: they report as they go
                 self.bar = show_progress(client, self.tag, self.name, n, {b.rank: b.part.count for b in self.blocks})
             self._send_tables()
             self._submit_together([(b, self.table[b.rank].address) for b in self.blocks], release_held=True)
+            self.shared.place()                 # while the blocks travel; they wait for it to read
             self._supervise()
             self.shared.finish([(b.part.base, b.part.stop) for b in self.blocks if b.shared],
                                twice=any(b.attempts for b in self.blocks))      # (see ``SharedRun.close``)

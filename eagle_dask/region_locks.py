@@ -8,11 +8,18 @@ byte ranges of every region it writes, from before it reads the run's lease unti
 and the driver, when the run ends, gives back only the regions no one holds a lock on; the
 others are quarantined and taken back once free (``unlocked``).
 
+The same locks tell a block when its run's planes are in place: the driver submits a run's
+blocks first and copies the planes in while they travel, holding a write lock on the run's
+lease slot (``placing``) until the copy is done (``placed``); a block waits for a shared lock
+on that slot (``wait_placed``) before it reads a byte.  The lock's hand-over goes through the
+kernel's lock list under its lock, so the driver's writes before ``placed`` are seen by the
+block after ``wait_placed``, on any processor.
+
 The locks are Linux open-file-description locks (``F_OFD_SETLK``): they belong to the file
 description a block opened for itself, so they tell apart two blocks in threads of one worker
 (a per-process ``lockf`` lock would not), and they go when that description is closed -- by the
-block, or by the kernel when its process dies.  Nothing here ever waits: a request that
-conflicts fails at once.
+block, or by the kernel when its process dies.  Nothing here waits but ``wait_placed``, polling within its bound: a request that conflicts
+fails at once.
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ import errno
 import fcntl
 import os
 import struct
+import time
 
 #: ``struct flock`` on Linux: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks), padding
 _FLOCK = "hhqqi4x"
@@ -76,3 +84,32 @@ def unlocked(fd, spans):
             else:
                 held.append(s)
     return free, held
+
+
+def placing(fd, start, length) -> bool:
+    """The driver's side: a write lock on ``[start, start + length)`` (a run's lease slot) while
+    it copies the run's planes in; False when a block of an earlier run holds it right now."""
+    return _request(fd, fcntl.F_WRLCK, start, length)
+
+
+def placed(fd, start, length):
+    """The driver's side: the planes are in place, the lock of ``placing`` dropped."""
+    _request(fd, fcntl.F_UNLCK, start, length)
+
+
+def wait_placed(fd, start, length, current, bound) -> bool:
+    """The block's side: wait until the driver's write lock on ``[start, start + length)`` is gone
+    (a shared lock taken there through ``fd``, kept with the block's other locks until it closes
+    ``fd``: the slot is not handed to a later run meanwhile); False as soon as ``current()`` says
+    the run has ended.  Raises ``TimeoutError`` after ``bound`` seconds (the driver stopped while
+    placing)."""
+    deadline, pause = time.monotonic() + bound, 50e-6
+    while not _request(fd, fcntl.F_RDLCK, start, length):
+        if not current():
+            return False
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the driver did not finish placing the run's planes within {bound:g} s "
+                               "(its process stopped or is swapping?); the block reads nothing")
+        time.sleep(pause)
+        pause = min(2 * pause, 1e-3)
+    return current()

@@ -4,6 +4,9 @@ The planes are carved from the driver's arena (``eagle_dask.arena``) or, with
 ``EAGLE_DASK_ARENA=0``, put in fresh segments of their own (``eagle_dask.shm.Segments``); the
 workers map either the same way, checked.  With the arena a fresh ``Out`` is copied out of it
 when the run ends (its region is the next run's); with fresh segments it is a view of its segment.
+With ``place_later`` (a numpy-mode run) the arena's regions are reserved when the first block is
+sent but the caller's planes copied in only by ``place``, once every block is submitted: the
+blocks wait for it (``eagle_dask.region_locks.wait_placed``).
 
 A ``Mutable`` or a supplied ``Out`` must start a block run again from its initial values.  With
 fresh segments they are staged (a second segment holds them; the worker copies its share out).
@@ -24,7 +27,6 @@ import numpy as np
 from eagle.rows import n_rows, row_span
 
 from . import arena
-from .copies import copy_all
 from .shm import LocalWorkers, Segments, SharedPlanes, host_id
 
 
@@ -34,8 +36,11 @@ class SharedRun:
     one of them (``for_block``); ``finish`` copies the written shares back into the caller's
     planes; ``close`` gives the arena's regions back, or unlinks every fresh segment."""
 
-    def __init__(self, client, addresses, bound, sliced, whole, fresh, outputs, sliceable, cells=()):
+    def __init__(self, client, addresses, bound, sliced, whole, fresh, outputs, sliceable, cells=(),
+                 place_later=False, timeout=60.0):
         self.client = client
+        self.place_later, self.timeout = place_later, timeout
+        self.pending = []            # (view, data): the arena's copies ``place`` makes
         self.local = LocalWorkers.of(client, sorted(set(addresses)))
         self.bound, self.sliced, self.whole, self.fresh = bound, sliced, whole, fresh
         self.outputs, self.sliceable, self.cells = outputs, sliceable, tuple(cells)
@@ -76,7 +81,7 @@ class SharedRun:
         specs = self._specs()
         if arena.enabled():
             self.segments = arena.ArenaRun([int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize
-                                            for _, _, s, d, _ in specs])
+                                            for _, _, s, d, _ in specs], self.timeout)
         else:
             self.segments = Segments()
         planes, total, copies = {}, n_rows(self.bound.n), []
@@ -100,8 +105,20 @@ class SharedRun:
             else:
                 self.row_views[name] = view
                 self.rows[name] = (ref, total)
-        copy_all(copies)
         self.planes = planes
+        self.pending = copies
+        if not (self.place_later and isinstance(self.segments, arena.ArenaRun)):
+            self.place()
+
+    def place(self):
+        """The caller's planes copied into the run's regions; in the arena, the blocks waiting for
+        them let go (``ArenaRun.placed``).  With ``place_later`` the driver calls it once it has
+        submitted the blocks, which wait for it: the copy and their way to the workers overlap."""
+        copies, self.pending = self.pending, []
+        for view, data in copies:
+            np.copyto(view, data)
+        if isinstance(self.segments, arena.ArenaRun):
+            self.segments.placed()
 
     def for_block(self, address, remote=False):
         """The ``SharedPlanes`` of a block sent to ``address`` (planes placed at the first call),

@@ -30,7 +30,10 @@ started, and started again it refuses (``StartedBefore``) until the driver has r
 from the caller's arrays (``eagle_dask.shared_run``).  Before it reads its run's lease a block
 opens the arena once more for itself and takes shared locks on the regions it writes
 (``lock_regions``, ``eagle_dask.region_locks``), dropped when it returns (``MappedBlock.close``):
-the driver keeps a region still locked when its run ends from every later run.
+the driver keeps a region still locked when its run ends from every later run.  It then waits,
+within the run's timeout, until the driver has placed the run's planes (the driver submits the
+blocks first and copies while they travel: ``region_locks.wait_placed``), and only then reads
+the lease.
 
 A block maps every segment it needs when it starts (``SharedPlanes.open``, all of them before
 it writes a byte) and keeps those mappings until it returns: it never opens a name again.  An
@@ -397,15 +400,29 @@ class SharedPlanes:
         return block
 
     def _lease(self, view, start, stop):
-        """In the arena: shared locks on the regions this block writes, *then* the run's token
+        """In the arena: shared locks on the regions this block writes, *then* the wait until the
+        driver has placed the planes (``region_locks.wait_placed``), *then* the run's token
         checked (the order ``eagle_dask.arena.ArenaRun.close`` relies on); the locks' fd."""
         if self.lease is None:
             return None
-        seg = self.lease[0].seg
+        slot, token, bound = self.lease
+        seg = slot.seg
         writes = [ref for _, ref, *_ in self.planes.values()] + [ref for ref, _ in self.rows.values()]
         writes += [self.started[0]] if self.started is not None else []
         fd = lock_regions(seg, [(r.offset, r.nbytes) for r in writes if isinstance(r, Region) and r.seg == seg])
-        if int(view(self.lease[0], np.int64, (1,))[0]) != self.lease[1]:
+        lease = view(slot, np.int64, (1,))
+
+        def current():
+            return int(lease[0]) == token
+
+        try:
+            # fd None: the arena's name is gone, so no run holds it any more (its token is cleared)
+            ok = current() if fd is None else region_locks.wait_placed(fd, slot.offset, slot.nbytes, current, bound)
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            raise
+        if not ok:
             if fd is not None:
                 os.close(fd)
             raise RunEnded(f"the block of samples [{start}, {stop}) belongs to a run that has ended: it reads and "

@@ -28,7 +28,7 @@ import eagle  # noqa: E402
 import eagle.exec as eexec  # noqa: E402
 from eagle import plan as eplan  # noqa: E402
 from eagle.models import oscillator  # noqa: E402
-from eagle_dask import DaskPartition, arena, shm  # noqa: E402
+from eagle_dask import DaskPartition, arena, region_locks, shm  # noqa: E402
 from eagle_dask.shared_run import SharedRun  # noqa: E402
 from eagle_dask.task import run_block  # noqa: E402
 from tests import kernels as K  # noqa: E402
@@ -418,6 +418,136 @@ def _outcome(f):
         return f()
     except BaseException as e:  # noqa: BLE001 - the test looks at it
         return e
+
+
+# -- the planes placed while the blocks travel (region_locks.placing / wait_placed) ----------------
+def _placed_later(n, seed, timeout=60.0):
+    """An oscillator ``SharedRun`` whose planes are placed only when ``place`` is called (as a run
+    does once its blocks are submitted): (run, its ``SharedPlanes``, the caller's arrays, params)."""
+    plugin = eagle.deploy(oscillator)
+    params = {"dt": 1e-3, "steps": 50}
+    warm = {"omega": np.ones(64), "x": np.ones(64), "v": np.zeros(64)}
+    eplan.plan(plugin, structure=eexec.HostTeam).run(**warm, **params)     # compiled: a block reads at once
+    r = np.random.default_rng(seed)
+    d = {"omega": r.uniform(0.5, 2.0, n), "x": r.uniform(-1, 1, n), "v": r.uniform(-1, 1, n)}
+    bound = SimpleNamespace(values=dict(d), n=n)
+    run = SharedRun(_Client(), [], bound, dict(d), {}, {}, {"x", "v"}, plugin.sliceable, plugin.cells,
+                    place_later=True, timeout=timeout)
+    run.local = {"here"}
+    return plugin, run, run.for_block("here"), d, params
+
+
+def _block_in_thread(plugin, shared, n, params):
+    """``run_block`` of samples ``[0, n)`` in a thread, as a worker would: (thread, its outcome)."""
+    out = {}
+
+    def go():
+        try:
+            out["result"] = run_block(plugin, eexec.HostTeam, 0, 0, n, n, {}, {}, params, {}, shared=shared)
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            out["error"] = e
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_a_block_sent_before_its_planes_are_placed_waits_for_them():
+    """A run submits its blocks before it copies the caller's planes in: a block that arrives first
+    reads nothing until the driver has placed them, then gives one process's bits.  The arena's
+    regions are dirtied first, so a block that did not wait would read garbage."""
+    n = 4096
+    junk = arena.ArenaRun([1 << 20])
+    junk.put((1 << 17,), np.float64, np.full(1 << 17, np.nan))     # where the run's regions will be
+    junk.placed()
+    junk.close(True)
+    plugin, run, shared, d, params = _placed_later(n, 11)
+    try:
+        t, out = _block_in_thread(plugin, shared, n, params)
+        t.join(0.5)
+        assert t.is_alive(), f"the block did not wait for the planes: {out}"
+        run.place()
+        t.join(30)
+        assert not t.is_alive() and "error" not in out, out
+        run.finish([(0, n)])
+    finally:
+        run.close()
+    want = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**d, **params))
+    got = {"x": run.bound.values["x"], "v": run.bound.values["v"]}
+    assert K.same_bits({"x": want["x"], "v": want["v"]}, got)
+
+
+def test_a_block_waiting_for_planes_of_a_run_that_raised_ends_at_once():
+    """The driver raised before it placed the planes (Ctrl-C while it copied): ``close`` clears the
+    lease and lets the waiting block go, which refuses (``RunEnded``) without reading a byte."""
+    n = 1024
+    plugin, run, shared, d, params = _placed_later(n, 12)
+    t, out = _block_in_thread(plugin, shared, n, params)
+    t.join(0.3)
+    assert t.is_alive()
+    fd = os.open(os.path.join(shm.SHM_DIR, run.segments.arena.seg.name), os.O_RDONLY)
+    try:
+        start = time.monotonic()
+        run.close()
+        t.join(10)
+        assert not t.is_alive() and time.monotonic() - start < 2
+        assert isinstance(out.get("error"), shm.RunEnded), out
+        assert region_locks.hold(fd, [(8 * run.segments.slot, 8)]), "the run's slot is still write-locked"
+    finally:
+        os.close(fd)
+    assert np.array_equal(run.bound.values["x"], d["x"]), "the caller's array changed"
+
+
+def test_a_block_waiting_for_planes_sees_its_lease_taken_while_the_slot_is_locked():
+    """The lease cleared while the slot stays write-locked (a later run took the slot and places its
+    own planes): the waiting block refuses at once, not when that later run is done placing."""
+    n = 1024
+    plugin, run, shared, d, params = _placed_later(n, 14)
+    try:
+        t, out = _block_in_thread(plugin, shared, n, params)
+        t.join(0.3)
+        assert t.is_alive()
+        run.segments.token_view[0] = 0            # as a later run of the slot would hold it
+        t.join(5)
+        assert not t.is_alive() and isinstance(out.get("error"), shm.RunEnded), out
+    finally:
+        run.close()
+
+
+def test_a_block_waits_for_the_planes_within_the_runs_timeout():
+    """A driver that stops while it places the planes (SIGSTOP, swapping) and never closes: the
+    block gives up after the run's timeout with an error saying so, holding nothing."""
+    n = 512
+    plugin, run, shared, d, params = _placed_later(n, 13, timeout=0.4)
+    try:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"did not finish placing the run's planes within 0.4 s"):
+            run_block(plugin, eexec.HostTeam, 0, 0, n, n, {}, {}, params, {}, shared=shared)
+        assert 0.4 <= time.monotonic() - start < 5
+        assert _locked_on(os.fstat(run.segments.arena.fd).st_ino) == [], "the block kept its locks"
+    finally:
+        run.close()
+
+
+def test_a_lease_slot_an_earlier_block_checks_is_not_handed_out():
+    """A block of an ended run may be checking its lease slot right now (a shared lock on it for an
+    instant): the next run takes another slot, whose write lock it holds until placed."""
+    first = arena.ArenaRun([64])
+    first.placed()
+    slot = first.slot
+    first.close(True)
+    fd = os.open(os.path.join(shm.SHM_DIR, first.arena.seg.name), os.O_RDONLY)
+    try:
+        assert region_locks.hold(fd, [(8 * slot, 8)])           # the earlier block's instant
+        nxt = arena.ArenaRun([64])
+        try:
+            assert nxt.slot != slot
+            assert not region_locks.hold(fd, [(8 * nxt.slot, 8)]), "the new run's slot is not locked"
+            nxt.placed()
+            assert region_locks.hold(fd, [(8 * nxt.slot, 8)])
+        finally:
+            nxt.close(True)
+    finally:
+        os.close(fd)
 
 
 # -- through a cluster -----------------------------------------------------------------------------

@@ -1,0 +1,48 @@
+"""Mutants of a numpy-mode run's fixed cost on one host: the blocks submitted in one message, the
+planes placed while they travel (the lease slot's write lock, the blocks' wait)."""
+
+ARENA = "tests/test_dask_arena.py::"
+WAITS = ARENA + "test_a_block_sent_before_its_planes_are_placed_waits_for_them"
+BOUND = ARENA + "test_a_block_waits_for_the_planes_within_the_runs_timeout"
+TAKEN = ARENA + "test_a_block_waiting_for_planes_sees_its_lease_taken_while_the_slot_is_locked"
+SLOT = ARENA + "test_a_lease_slot_an_earlier_block_checks_is_not_handed_out"
+FRAME = "tests/test_dask_submit.py::test_a_runs_blocks_go_to_the_scheduler_in_one_frame"
+
+MUTANTS = [
+    {"name": "a block does not wait for the planes to be placed",
+     "path": "eagle_dask/region_locks.py",
+     "old": "    while not _request(fd, fcntl.F_RDLCK, start, length):",
+     "new": "    while False:",
+     "tests": [WAITS], "timeout": 300},
+    {"name": "the lease slot not write-locked while the planes are copied",
+     "path": "eagle_dask/arena.py",
+     "old": "            if region_locks.placing(self.fd, 8 * self.slots[i], 8):",
+     "new": "            if True:",
+     "tests": [WAITS, SLOT], "timeout": 300},
+    {"name": "a waiting block does not look at its lease (waits out the bound)",
+     "path": "eagle_dask/region_locks.py",
+     "old": "        if not current():\n            return False\n",
+     "new": "",
+     "tests": [TAKEN], "timeout": 300},
+    {"name": "no bound on the wait for the planes",
+     "path": "eagle_dask/region_locks.py",
+     "old": "        if time.monotonic() > deadline:",
+     "new": "        if False:",
+     "tests": [BOUND], "timeout": 120},
+    {"name": "a slot an earlier block checks handed out anyway (its lock not asked)",
+     "path": "eagle_dask/arena.py",
+     "old": "        for i in range(len(self.slots) - 1, -1, -1):\n            if region_locks.placing(",
+     "new": "        for i in range(len(self.slots) - 1, -1, -1):\n            if not region_locks.placing(",
+     "tests": [SLOT, WAITS], "timeout": 300},
+    {"name": "the planes never placed by a run",
+     "path": "eagle_dask/eager.py",
+     "old": "            self.shared.place()                 # while the blocks travel; they wait for it to read\n",
+     "new": "",
+     "tests": [FRAME], "timeout": 400},
+    {"name": "a run's blocks submitted one by one",
+     "path": "eagle_dask/eager.py",
+     "old": "        self.client.sync(submit_all)\n",
+     "new": "        for b, args, kwargs in calls:\n            b.future = self.client.submit(*args, **kwargs)\n"
+            "        if release_held:\n            Held.release_after_submit(self.client)\n",
+     "tests": [FRAME], "timeout": 300},
+]
