@@ -26,6 +26,7 @@ medians; every arm's outputs are checked bit for bit against one process:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -98,26 +99,76 @@ class Shm:
                 os.environ[k] = v
 
 
+class CpuTime:
+    """CPU seconds (user + system) of this process -- the driver, and under ``local_cluster`` the
+    scheduler and the nannies too -- and of the client's worker processes on this host, summed
+    per arm over its timed runs (``of``), shown per run (``note``): on a machine with few cores
+    the workers' kernels and everything else the run costs share them."""
+
+    def __init__(self, client):
+        import psutil
+        self.procs = {"driver": psutil.Process()}
+        try:
+            pids = client.run(os.getpid)
+            self.procs.update({f"worker {i}": psutil.Process(pid) for i, pid in enumerate(sorted(pids.values()))})
+        except Exception:  # noqa: BLE001 - workers elsewhere: the driver's alone
+            pass
+        self.spent, self.runs = {}, {}
+
+    def _now(self):
+        out = {}
+        for k, proc in self.procs.items():
+            try:
+                t = proc.cpu_times()
+                out[k] = t.user + t.system
+            except Exception:  # noqa: BLE001 - a worker gone: not counted
+                pass
+        return out
+
+    @contextlib.contextmanager
+    def of(self, label):
+        if label is None:
+            yield
+            return
+        before = self._now()
+        yield
+        after = self._now()
+        spent = self.spent.setdefault(label, {})
+        for k in after.keys() & before.keys():
+            spent[k] = spent.get(k, 0.0) + after[k] - before[k]
+        self.runs[label] = self.runs.get(label, 0) + 1
+
+    def note(self, label):
+        spent, runs = self.spent.get(label, {}), self.runs.get(label, 0)
+        if not runs:
+            return ""
+        workers = sum(v for k, v in spent.items() if k != "driver")
+        return (f"CPU ms per run: driver {1e3 * spent.get('driver', 0.0) / runs:.1f}, "
+                f"workers {1e3 * workers / runs:.1f}")
+
+
 def numpy_mode_rows(client, n, steps, rounds, tiny_rounds):
     from eagle_dask import DaskPartition
     plugin = eagle.deploy(oscillator)
     one = eplan.plan(plugin, structure=eexec.HostTeam)
     dask_plan = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False))
 
-    def arm(p, on=True, size=n, k=steps):
+    cpu = CpuTime(client)
+
+    def arm(p, on=True, size=n, k=steps, label=None):
         def go(seed):
             d = oscillators(size, k, seed)
-            with Shm(on):
+            with Shm(on), cpu.of(label):
                 return timed(lambda: p.run(**d))
         return go
 
     for f in (arm(one), arm(dask_plan), arm(dask_plan, "fresh"), arm(dask_plan, False)):
         f(0)                                                                   # warm: compile, connect
-    times, last = alternate({"one process": arm(one), "numpy mode, shared memory": arm(dask_plan),
-                             "numpy mode, fresh segments": arm(dask_plan, "fresh"),
-                             "numpy mode, messages": arm(dask_plan, False)}, rounds)
+    arms = {"one process": (one, True), "numpy mode, shared memory": (dask_plan, True),
+            "numpy mode, fresh segments": (dask_plan, "fresh"), "numpy mode, messages": (dask_plan, False)}
+    times, last = alternate({k: arm(p, on, label=k) for k, (p, on) in arms.items()}, rounds)
     ref = one.run(**oscillators(n, steps, 1000 + rounds - 1))
-    rows = [row("readme demo", k, 1 if k == "one process" else 2, n, t, same_bits(ref, last[k]))
+    rows = [row("readme demo", k, 1 if k == "one process" else 2, n, t, same_bits(ref, last[k]), note=cpu.note(k))
             for k, t in times.items()]
     tiny, tlast = alternate({"numpy mode, shared memory": arm(dask_plan, True, 10**4, 1),
                              "numpy mode, fresh segments": arm(dask_plan, "fresh", 10**4, 1),
@@ -156,16 +207,19 @@ def lazy_two_chunks(client, n, steps, rounds):
     one = eplan.plan(plugin, structure=eexec.HostTeam)
     p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False))
     chunks = -(-n // 2)
+    cpu = CpuTime(client)
 
     def lazy(seed):
         d = oscillators(n, steps, seed)
         w, x, v = fresh(client, [d["omega"], d["x"], d["v"]], chunks)
-        return timed(lambda: client.gather(persisted(client, list(p.run(omega=w, dt=DT, steps=steps, x=x,
-                                                                            v=v).values()))))
+        with cpu.of("lazy, 2 chunks, persisted"):
+            return timed(lambda: client.gather(persisted(client, list(p.run(omega=w, dt=DT, steps=steps, x=x,
+                                                                                v=v).values()))))
 
     def one_arm(seed):
         d = oscillators(n, steps, seed)
-        return timed(lambda: one.run(**d))
+        with cpu.of("one process"):
+            return timed(lambda: one.run(**d))
 
     lazy(0)
     one_arm(0)
@@ -173,7 +227,7 @@ def lazy_two_chunks(client, n, steps, rounds):
     ref = one.run(**oscillators(n, steps, 1000 + rounds - 1))
     got = dict(zip(("x", "v", "energy"), last["lazy, 2 chunks, persisted"]))
     return [row("lazy, 2 chunks", k, 1 if k == "one process" else 2, n, t,
-                same_bits(ref, got if k != "one process" else last[k])) for k, t in times.items()]
+                same_bits(ref, got if k != "one process" else last[k]), note=cpu.note(k)) for k, t in times.items()]
 
 
 def added_tasks(outs, inputs):

@@ -3,8 +3,7 @@
 ``EagerRun`` (``eagle_dask.eager``) hands every block whose future ended without a result here:
 
 * ``ran_elsewhere``: a shared-memory block the scheduler ran on another host (``Elsewhere``),
-  or ran again after its worker was lost (``StartedBefore``): sent again (through the messages,
-  or restored from the caller's planes first);
+  or ran again after its worker was lost (``StartedBefore``): sent again, through the messages;
 * ``cancelled``: the client closed (eagle's reason, the kernel named), the scheduler lost
   (``scheduler_lost``), an input lost with the workers that held it -- the block's share, the
   whole planes, its tables, or tables another block's cancel already sent again: sent anew and
@@ -20,7 +19,8 @@ from .tables import lost
 
 def ran_elsewhere(run, b) -> bool:
     """A shared-memory block the scheduler ran on another host: sent again through the messages;
-    or ran again after its worker was lost (``StartedBefore``): restored and sent again."""
+    or ran again after its worker was lost (``StartedBefore``): sent again through the messages
+    (``eagle_dask.eager._transport``: an earlier try may still write into its regions)."""
     exc = b.future.exception()
     if not b.shared or not isinstance(exc, (Elsewhere, StartedBefore)):
         return False

@@ -491,8 +491,12 @@ def _transport(run, b, address):
     """(sliced planes -- the future of the block's share, or ``{}`` --, scattered whole planes, Outs
     to allocate, SharedPlanes or None, the worker to run it) of block ``b`` of ``run`` sent to
     ``address``."""
-    if b.attempts and b.shared:         # sent again after a try in shared memory: its share restored first
-        run.shared.restore(b.part.base, b.part.stop)
+    if b.attempts and b.shared:
+        # sent again after a try in shared memory, which may still be running (a stopped host that
+        # goes on, a worker the scheduler declared dead): that try writes into the run's regions
+        # until it is stopped, so this one takes the messages -- its share from the caller's
+        # untouched planes, its outputs into the driver's -- and reads or writes none of them
+        b.remote = True
     if b.inputs is not None:
         b.inputs.release()          # the share of an earlier submission: sent anew where the block goes
         b.inputs = None

@@ -2,8 +2,9 @@
 
 The planes are carved from the driver's arena (``eagle_dask.arena``) or, with
 ``EAGLE_DASK_ARENA=0``, put in fresh segments of their own (``eagle_dask.shm.Segments``); the
-workers map either the same way, checked.  With the arena a fresh ``Out`` is copied out of it
-when the run ends (its region is the next run's); with fresh segments it is a view of its segment.
+workers map either the same way, checked.  A fresh ``Out`` is the driver's own array: the shares
+written in shared memory are copied into it when the run ends (its region is the next run's, or a
+stale try of a block may still write there), and blocks sent as messages write into it.
 With ``place_later`` (a numpy-mode run) the arena's regions are reserved when the first block is
 sent but the caller's planes copied in only by ``place``, once every block is submitted: the
 blocks wait for it (``eagle_dask.region_locks.wait_placed``).
@@ -13,12 +14,16 @@ fresh segments they are staged (a second segment holds them; the worker copies i
 In the arena they have one region, written in place, and the caller's array -- untouched until
 the run ends -- is the original: a block records that it started (one byte per run, at its first
 sample); started again (the scheduler reran it after its worker was lost) it refuses
-(``StartedBefore``), and the driver copies the block's share back from the caller's array
-(``restore``) before it sends the block again, as before every rerun it decides itself.  Every
-arena run keeps these flags, Mutables or not: a block the scheduler runs again after it finished
-(its worker declared dead while the run goes on) would otherwise zero and rewrite its share of a
-fresh ``Out`` while the driver copies it out; it refuses instead, and the driver, which has its
-result, does not look at it again.
+(``StartedBefore``).  Every arena run keeps these flags, Mutables or not: a block the scheduler
+runs again after it finished (its worker declared dead while the run goes on) would otherwise
+zero and rewrite its share of a fresh ``Out`` while the driver copies it out; it refuses instead,
+and the driver, which has its result, does not look at it again.
+
+Every block the driver sends again after a try in shared memory -- refused, or taken from a
+silent, dead or lost worker -- takes the messages (``eagle_dask.eager``): the earlier try may
+still be running and writing into its share of the regions (a stopped host that goes on), so the
+rerun reads its share from the caller's untouched planes and writes its outputs into the
+driver's; the regions of that share are not read again, and the run retires the arena.
 """
 from __future__ import annotations
 
@@ -100,7 +105,10 @@ class SharedRun:
             elif what == "started":
                 self.started = ((ref, shape[0]), view)
             elif what == "fresh":
-                self.bound.values[name] = self.fresh_views[name] = view      # blocks sent as messages land here
+                # the result stays the driver's own array (bound's): blocks sent as messages land
+                # there, shared-memory blocks' shares are copied in (``finish``); never a region a
+                # stale try of a block could still write into
+                self.views[name] = self.fresh_views[name] = view
                 planes[name] = (None, ref, np.dtype(dtype).str, shape, True, True)
             else:
                 self.row_views[name] = view
@@ -143,14 +151,6 @@ class SharedRun:
         return SharedPlanes(self.host, planes, self.rows, self.started and self.started[0],
                             getattr(self.segments, "lease", None))
 
-    def restore(self, start, stop):
-        """Before block ``[start, stop)`` runs again: its share of the in-place planes copied back
-        from the caller's arrays (their initial values), its started flag cleared."""
-        for name, view in self.in_place.items():
-            view[start:stop] = self.bound.values[name][start:stop]
-        if self.started is not None and stop > start:
-            self.started[1][start] = 0
-
     def rows_of(self, start, stop):
         """The row partials a finished block of samples ``[start, stop)`` wrote (copies)."""
         r0, r1 = row_span(start, stop)
@@ -158,15 +158,12 @@ class SharedRun:
 
     def finish(self, parts, twice=False):
         """Copy the shares ``parts`` ([(start, stop)]) written in shared memory into the caller's
-        planes; a fresh ``Out`` in the arena copied out of it whole.  ``twice``: a block of the
-        run ran again (``close`` then retires the arena)."""
+        planes and the fresh ``Out``s.  ``twice``: a block of the run ran again (``close`` then
+        retires the arena)."""
         for name, view in self.views.items():
             target = self.bound.values[name]
             for a, b in parts:
                 target[a:b] = view[a:b]
-        if isinstance(self.segments, arena.ArenaRun):
-            for name, view in self.fresh_views.items():
-                self.bound.values[name] = view.copy()
         self.clean = not twice
 
     def close(self):

@@ -26,8 +26,8 @@ carries ``Region``s (the arena's ``SegmentId``, an offset and a size); a worker 
 mapped across runs (``arena_map``: opened by name and checked only when its id is new), the
 fresh ``Out``s are copied out of it when the run ends, and a ``Mutable`` or a supplied ``Out``
 has one region, run in place, with no staged copy: a block records at its first sample that it
-started, and started again it refuses (``StartedBefore``) until the driver has restored its share
-from the caller's arrays (``eagle_dask.shared_run``).  Before it reads its run's lease a block
+started, and started again it refuses (``StartedBefore``): the driver sends it again through the
+messages (``eagle_dask.shared_run``).  Before it reads its run's lease a block
 opens the arena once more for itself and takes shared locks on the regions it writes
 (``lock_regions``, ``eagle_dask.region_locks``), dropped when it returns (``MappedBlock.close``):
 the driver keeps a region still locked when its run ends from every later run.  It then waits,
@@ -114,7 +114,7 @@ class RunEnded(RuntimeError):
 
 class StartedBefore(RuntimeError):
     """A block whose Mutables are written in place in the arena started before (the scheduler ran
-    it again after its worker was lost): its share must be restored by the driver first."""
+    it again after its worker was lost): the driver sends it again through the messages."""
 
 
 def enabled() -> bool:
@@ -435,7 +435,7 @@ class SharedPlanes:
             flags = view(self.started[0], np.uint8, (self.started[1],))
             if flags[start]:
                 raise StartedBefore(f"the block of samples [{start}, {stop}) started before and its Mutables were "
-                                    "written in place: the driver restores its share and sends it again")
+                                    "written in place: the driver sends it again through the messages")
             flags[start] = 1
         for name, (seg_in, seg_out, _, _, is_sliced, fresh) in self.planes.items():
             src = maps[seg_in] if seg_in is not None else None

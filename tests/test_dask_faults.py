@@ -340,6 +340,37 @@ def test_a_hung_worker_is_given_up_after_stall_timeout_with_the_same_bits(transp
     assert box["seconds"] < STALL + 4 * one + 10, (box["seconds"], one)
 
 
+def test_a_hung_block_that_goes_on_while_its_rerun_runs_changes_nothing():
+    """A worker stopped mid-block in shared memory (its writes into the Mutables' region under
+    way), its block rerun elsewhere after ``stall_timeout`` -- and then the worker goes on while the
+    rerun runs, writing the rest of its samples into the region.  No try of a block may read what
+    another wrote: the run's bits are one process's."""
+    plugin = eagle.deploy(oscillator)
+    make = CASES["sliced"][1]
+    ref = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**make()))
+    with eagle_dask.local_cluster(n_workers=2) as client:
+        client.wait_for_workers(2, timeout=120)
+        p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False, stall_timeout=STALL))
+        p.run(**oscillators(64, 1))                                   # compile on both workers
+        th, box = run_in_thread(p, make())
+        wait_processing(client, 2)
+        address = sorted(a for a, keys in processing(client).items() if keys)[0]
+        first = {k for keys in processing(client).values() for k in keys}
+        time.sleep(0.5)                                 # its block well under way: samples written
+        with stopped_worker(client, address):
+            end = time.monotonic() + STALL + 60
+            while time.monotonic() < end and not any(set(keys) - first for a, keys in processing(client).items()
+                                                     if a != address):
+                time.sleep(0.05)
+            rerun = {a: set(keys) - first for a, keys in processing(client).items() if a != address}
+        assert any(rerun.values()), "the stopped worker's block was not rerun elsewhere"
+        assert th.is_alive(), "the run ended before the stopped worker went on"
+        th.join(120)
+        assert not th.is_alive()
+    assert "error" not in box, repr(box.get("error"))
+    assert K.same_bits(ref, K.as_dict(plugin, box["out"])), "a stale try of a block changed the results"
+
+
 def test_stall_timeout_is_checked():
     for bad, err in ((0, ValueError), (-1.0, ValueError), (float("inf"), ValueError), ("15", TypeError),
                      (True, TypeError)):

@@ -1,11 +1,13 @@
-"""Mutants of a numpy-mode run's fixed cost on one host: the blocks submitted in one message, the
-planes placed while they travel (the lease slot's write lock, the blocks' wait)."""
+"""Mutants of a numpy-mode run on one host: the blocks submitted in one message, the planes placed
+while they travel (the lease slot's write lock, the blocks' wait), a rerun of a shared-memory block
+through the messages (an earlier try may still write into its regions)."""
 
 ARENA = "tests/test_dask_arena.py::"
 WAITS = ARENA + "test_a_block_sent_before_its_planes_are_placed_waits_for_them"
 BOUND = ARENA + "test_a_block_waits_for_the_planes_within_the_runs_timeout"
 TAKEN = ARENA + "test_a_block_waiting_for_planes_sees_its_lease_taken_while_the_slot_is_locked"
 SLOT = ARENA + "test_a_lease_slot_an_earlier_block_checks_is_not_handed_out"
+STALE = "tests/test_dask_faults.py::test_a_hung_block_that_goes_on_while_its_rerun_runs_changes_nothing"
 FRAME = "tests/test_dask_submit.py::test_a_runs_blocks_go_to_the_scheduler_in_one_frame"
 
 MUTANTS = [
@@ -45,4 +47,12 @@ MUTANTS = [
      "new": "        for b, args, kwargs in calls:\n            b.future = self.client.submit(*args, **kwargs)\n"
             "        if release_held:\n            Held.release_after_submit(self.client)\n",
      "tests": [FRAME], "timeout": 300},
+    {"name": "a rerun of a shared-memory block in its regions again, its share restored (as before)",
+     "path": "eagle_dask/eager.py",
+     "old": "        b.remote = True\n",
+     "new": "        for name, view in run.shared.in_place.items():\n"
+            "            view[b.part.base:b.part.stop] = run.bound.values[name][b.part.base:b.part.stop]\n"
+            "        if run.shared.started is not None:\n"
+            "            run.shared.started[1][b.part.base] = 0\n",
+     "tests": [STALE], "timeout": 600},
 ]
