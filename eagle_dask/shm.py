@@ -377,12 +377,14 @@ class SharedPlanes:
         if host_id() != self.host:
             raise Elsewhere("this block's planes are in shared memory on the driver's host, and this worker "
                             "runs on another one")
-        mapped, maps = {}, {}
+        mapped, maps, arenas = {}, {}, set()
 
         def view(ref, dtype, shape):
             region = ref if isinstance(ref, Region) else Region(ref, 0, ref.size)
             if region.seg not in mapped:
                 mapped[region.seg] = arena_map(region.seg) if isinstance(ref, Region) else _map(region.seg)
+                if isinstance(ref, Region):
+                    arenas.add(region.seg)
             return region_view(mapped[region.seg], region, dtype, shape)
 
         for seg_in, seg_out, dtype, shape, _, _ in self.planes.values():
@@ -391,6 +393,7 @@ class SharedPlanes:
                     maps[ref] = view(ref, dtype, shape)
         block = MappedBlock(start, stop, {cell: (ref, view(ref, np.float64, (total, 2)))
                                           for cell, (ref, total) in self.rows.items()})
+        block.arenas = {seg: mapped[seg] for seg in arenas}
         try:
             block.lock = self._lease(view, start, stop)
             self._fill(block, maps, view, start, stop)
@@ -455,12 +458,13 @@ class MappedBlock:
     ``whole`` inputs, outputs written ``in_place``, and the cells' rows (``rows[cell] = (segment,
     its mapping)``, written by ``write_rows``)."""
 
-    __slots__ = ("start", "stop", "sliced", "whole", "in_place", "rows", "lock")
+    __slots__ = ("start", "stop", "sliced", "whole", "in_place", "rows", "lock", "arenas")
 
     def __init__(self, start, stop, rows):
         self.start, self.stop, self.rows = start, stop, rows
         self.sliced, self.whole, self.in_place = {}, {}, {}
         self.lock = None            # the fd holding its locks on the arena's regions it writes
+        self.arenas = {}            # the arenas its planes lie in: {SegmentId: the worker's mapping}
 
     def close(self):
         """The block wrote its last byte (or failed): its locks dropped (``SharedPlanes._lease``)."""

@@ -46,6 +46,7 @@ from eagle.roles import OUTPUT_KINDS
 from eagle.rows import ROW, fold
 
 from .cancel import Abandoned, watching
+from .pinned import pin_arena
 from .progress import report_piece
 from .shm import SharedPlanes
 
@@ -273,6 +274,9 @@ def run_block(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh,
         with thread_budget(worker_threads()):
             return _run(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device)
     try:                                # every segment mapped now, kept until the block returns
+        if inner is DeviceKernel:       # uploads from page-locked memory (eagle_dask.pinned)
+            for seg, buf in mapped.arenas.items():
+                pin_arena(seg, buf, device)
         sliced, whole = {**sliced, **mapped.sliced}, {**(whole or {}), **mapped.whole}
         with thread_budget(worker_threads()):
             blocks, rows = _run(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh, device,

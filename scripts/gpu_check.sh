@@ -10,5 +10,5 @@ export EAGLE_CACHE_DIR="${EAGLE_CACHE_DIR:-$(mktemp -d)}"
 unset NUMBA_ENABLE_CUDASIM
 command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "nvidia-smi not found: is the NVIDIA driver installed?"
 "$PY" -c "import cupy, numba.cuda as c; assert c.is_available(), 'numba sees no GPU'; print('GPUs:', cupy.cuda.runtime.getDeviceCount())"
-"$PY" -m pytest -q -m gpu -rs tests/test_device.py tests/test_table.py
+"$PY" -m pytest -q -m gpu -rs tests/test_device.py tests/test_table.py tests/test_pinned.py
 "$PY" -m scripts.gpu_throughput

@@ -6,8 +6,8 @@ T = "tests/test_segment_attack.py::"
 MUTANTS = [
     {"name": "shm: a segment opened by name follows a symbolic link (O_NOFOLLOW dropped)",
      "path": "eagle_dask/shm.py",
-     "old": "fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)",
-     "new": "fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)",
+     "old": "fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)",
+     "new": "fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)",
      "tests": [T + "test_a_block_starting_later_is_refused_by_name[symlink]"], "timeout": 300},
     {"name": "shm: a segment's owner not checked",
      "path": "eagle_dask/shm.py",

@@ -8,6 +8,7 @@ BOUND = ARENA + "test_a_block_waits_for_the_planes_within_the_runs_timeout"
 TAKEN = ARENA + "test_a_block_waiting_for_planes_sees_its_lease_taken_while_the_slot_is_locked"
 SLOT = ARENA + "test_a_lease_slot_an_earlier_block_checks_is_not_handed_out"
 STALE = "tests/test_dask_faults.py::test_a_hung_block_that_goes_on_while_its_rerun_runs_changes_nothing"
+PIN = "tests/test_pinned.py::"
 FRAME = "tests/test_dask_submit.py::test_a_runs_blocks_go_to_the_scheduler_in_one_frame"
 
 MUTANTS = [
@@ -55,4 +56,19 @@ MUTANTS = [
             "        if run.shared.started is not None:\n"
             "            run.shared.started[1][b.part.base] = 0\n",
      "tests": [STALE], "timeout": 600},
+    {"name": "the arena registered again at every block",
+     "path": "eagle_dask/pinned.py",
+     "old": "        if known is not None and known[0] == seg:",
+     "new": "        if False:",
+     "tests": [PIN + "test_an_arena_is_registered_once_per_device_and_replaced_by_the_next"], "timeout": 120},
+    {"name": "a replaced arena's registration kept (its mapping never closes)",
+     "path": "eagle_dask/pinned.py",
+     "old": "        old = _PINNED.pop(key, None)\n",
+     "new": "        old = _PINNED.pop(key, None)\n        globals().setdefault('_kept', []).append(old)\n",
+     "tests": [PIN + "test_an_arena_is_registered_once_per_device_and_replaced_by_the_next"], "timeout": 120},
+    {"name": "a refused registration raised into the block",
+     "path": "eagle_dask/pinned.py",
+     "old": "        except Exception:  # noqa: BLE001 - pageable uploads instead: slower, the same bits\n            pinned = None\n",
+     "new": "        except ZeroDivisionError:\n            pinned = None\n",
+     "tests": [PIN + "test_a_refused_registration_leaves_pageable_uploads"], "timeout": 120},
 ]
