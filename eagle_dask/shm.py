@@ -63,6 +63,7 @@ import atexit
 import collections
 import mmap
 import errno
+import functools
 import os
 import socket
 import stat
@@ -131,13 +132,19 @@ def _read(path) -> str:
         return ""
 
 
+@functools.lru_cache(maxsize=1)
+def _machine_and_boot() -> tuple:
+    """The machine id and boot id, read once per process (neither changes while it runs)."""
+    machine = _read("/etc/machine-id") or _read("/var/lib/dbus/machine-id")
+    return machine, _read("/proc/sys/kernel/random/boot_id")
+
+
 def host_id() -> str:
     """This process's host: ``EAGLE_DASK_HOST_ID``, else the host name, machine id and boot id."""
     forced = os.environ.get("EAGLE_DASK_HOST_ID")
     if forced:
         return forced
-    machine = _read("/etc/machine-id") or _read("/var/lib/dbus/machine-id")
-    return "|".join((socket.gethostname(), machine, _read("/proc/sys/kernel/random/boot_id")))
+    return "|".join((socket.gethostname(), *_machine_and_boot()))
 
 
 # -- segments ----------------------------------------------------------------------------------
