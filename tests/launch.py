@@ -147,15 +147,15 @@ def process_tree(pid):
         return []
 
 
-def run_in_thread(p, planes):
-    """Run plan ``p`` on ``planes`` in a daemon thread; returns the thread and a box that gets
-    ``out`` or ``error``, and ``seconds``."""
+def in_thread(fn):
+    """Call ``fn()`` in a daemon thread; returns the thread and a box that gets ``out`` or
+    ``error``, and ``seconds``."""
     box = {}
 
     def go():
         t = time.monotonic()
         try:
-            box["out"] = p.run(**planes)
+            box["out"] = fn()
         except BaseException as e:  # noqa: BLE001 - inspected by the test
             box["error"] = e
         box["seconds"] = time.monotonic() - t
@@ -163,6 +163,11 @@ def run_in_thread(p, planes):
     th = threading.Thread(target=go, daemon=True)
     th.start()
     return th, box
+
+
+def run_in_thread(p, planes):
+    """Run plan ``p`` on ``planes`` in a daemon thread (``in_thread``)."""
+    return in_thread(lambda: p.run(**planes))
 
 
 @contextlib.contextmanager

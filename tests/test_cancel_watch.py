@@ -19,6 +19,7 @@ from eagle import plan as eplan
 from eagle.models import oscillator
 from eagle_dask import cancel
 from eagle_dask.cancel import Abandoned, watching
+from tests.launch import in_thread
 
 #: seconds a released piece may run on: the watcher's poll, the engine's wait poll, a loaded machine
 STOPS_WITHIN = 5.0
@@ -56,20 +57,6 @@ def _watcher_ends(within=5.0) -> bool:
     return not _watchers()
 
 
-def _in_thread(fn):
-    box = {}
-
-    def go():
-        try:
-            box["out"] = fn()
-        except BaseException as e:  # noqa: BLE001 - inspected by the test
-            box["error"] = e
-
-    th = threading.Thread(target=go, daemon=True)
-    th.start()
-    return th, box
-
-
 def test_a_piece_after_the_watcher_ended_is_still_stopped():
     """A watched piece ends, the watcher thread ends with nothing to watch; a later piece,
     released by its client, is still stopped within a poll."""
@@ -77,7 +64,7 @@ def test_a_piece_after_the_watcher_ended_is_still_stopped():
     with watching(lambda: True):
         plan.run(**oscillators(256, 10))
     assert _watcher_ends(), "the watcher did not end with nothing to watch"
-    th, box = _in_thread(lambda: _long(plan))
+    th, box = in_thread(lambda: _long(plan))
     th.join(STOPS_WITHIN + 10)
     assert not th.is_alive(), "the second piece was never stopped: nobody watched it"
     seconds, how = box["out"]

@@ -32,7 +32,7 @@ from eagle_dask import DaskPartition, arena, region_locks, shm  # noqa: E402
 from eagle_dask.shared_run import SharedRun  # noqa: E402
 from eagle_dask.task import run_block  # noqa: E402
 from tests import kernels as K  # noqa: E402
-from tests.launch import local_client  # noqa: E402
+from tests.launch import in_thread, local_client  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not shm.enabled(), reason="no writable /dev/shm")
 
@@ -440,17 +440,8 @@ def _placed_later(n, seed, timeout=60.0):
 
 
 def _block_in_thread(plugin, shared, n, params):
-    """``run_block`` of samples ``[0, n)`` in a thread, as a worker would: (thread, its outcome)."""
-    out = {}
-
-    def go():
-        try:
-            out["result"] = run_block(plugin, eexec.HostTeam, 0, 0, n, n, {}, {}, params, {}, shared=shared)
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            out["error"] = e
-    t = threading.Thread(target=go, daemon=True)
-    t.start()
-    return t, out
+    """``run_block`` of samples ``[0, n)`` in a thread, as a worker would: (thread, its box)."""
+    return in_thread(lambda: run_block(plugin, eexec.HostTeam, 0, 0, n, n, {}, {}, params, {}, shared=shared))
 
 
 def test_a_block_sent_before_its_planes_are_placed_waits_for_them():

@@ -309,6 +309,20 @@ def stopped_worker(client, address):
         proc.send_signal(signal.SIGCONT)
 
 
+@contextlib.contextmanager
+def running_on_two_workers(plugin, planes):
+    """A local cluster of two workers running ``planes`` through ``plugin`` in a thread (the run's
+    ``stall_timeout`` is ``STALL``), once both blocks are under way: (client, the thread, its box,
+    the address of one of the two busy workers)."""
+    with eagle_dask.local_cluster(n_workers=2) as client:
+        client.wait_for_workers(2, timeout=120)
+        p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False, stall_timeout=STALL))
+        p.run(**oscillators(64, 1))                                   # compile on both workers
+        th, box = run_in_thread(p, planes)
+        wait_processing(client, 2)
+        yield client, th, box, sorted(a for a, keys in processing(client).items() if keys)[0]
+
+
 @pytest.mark.parametrize("transport", ["shared memory", "messages"])
 def test_a_hung_worker_is_given_up_after_stall_timeout_with_the_same_bits(transport, monkeypatch):
     """One worker process stopped with SIGSTOP mid-block, as on a hung host: no heartbeat
@@ -322,13 +336,7 @@ def test_a_hung_worker_is_given_up_after_stall_timeout_with_the_same_bits(transp
     t0 = time.monotonic()
     ref = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**make()))
     one = time.monotonic() - t0          # the whole run in this process: about a block on a worker
-    with eagle_dask.local_cluster(n_workers=2) as client:
-        client.wait_for_workers(2, timeout=120)
-        p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False, stall_timeout=STALL))
-        p.run(**oscillators(64, 1))                                   # compile on both workers
-        th, box = run_in_thread(p, make())
-        wait_processing(client, 2)
-        address = sorted(a for a, keys in processing(client).items() if keys)[0]
+    with running_on_two_workers(plugin, make()) as (client, th, box, address):
         with stopped_worker(client, address):
             assert th.is_alive(), "the run ended before the worker was stopped: its blocks are too short"
             th.join(60)
@@ -348,13 +356,7 @@ def test_a_hung_block_that_goes_on_while_its_rerun_runs_changes_nothing():
     plugin = eagle.deploy(oscillator)
     make = CASES["sliced"][1]
     ref = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**make()))
-    with eagle_dask.local_cluster(n_workers=2) as client:
-        client.wait_for_workers(2, timeout=120)
-        p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False, stall_timeout=STALL))
-        p.run(**oscillators(64, 1))                                   # compile on both workers
-        th, box = run_in_thread(p, make())
-        wait_processing(client, 2)
-        address = sorted(a for a, keys in processing(client).items() if keys)[0]
+    with running_on_two_workers(plugin, make()) as (client, th, box, address):
         first = {k for keys in processing(client).values() for k in keys}
         time.sleep(0.5)                                 # its block well under way: samples written
         with stopped_worker(client, address):
