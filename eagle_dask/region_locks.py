@@ -18,8 +18,8 @@ block after ``wait_placed``, on any processor.
 The locks are Linux open-file-description locks (``F_OFD_SETLK``): they belong to the file
 description a block opened for itself, so they tell apart two blocks in threads of one worker
 (a per-process ``lockf`` lock would not), and they go when that description is closed -- by the
-block, or by the kernel when its process dies.  Nothing here waits but ``wait_placed``, polling within its bound: a request that conflicts
-fails at once.
+block, or by the kernel when its process dies.  Nothing here waits but ``wait_placed``, polling
+within its bound: a request that conflicts fails at once.
 """
 from __future__ import annotations
 
