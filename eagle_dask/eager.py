@@ -31,10 +31,16 @@ block is back:
 Every wait is bounded by ``POLL`` seconds; between polls nothing but the scheduler is asked.
 
 The fixed cost of a run is mostly distributed's batching: the client sends to the scheduler
-at most every 10 ms, and the scheduler to a worker every 5 ms.  Releasing a finished run's
-futures at once puts a message on both streams just before the next run's tasks, which then
-wait behind it; so a finished run's futures are held (``Held``) and released right after the
-next run's tasks are submitted, or ``HOLD`` seconds after the run, whichever comes first.
+at most one message per interval (10 ms; 2 ms for ``EagleClient``), and the scheduler to a
+worker every 5 ms.  So a run's blocks are submitted in one message (``_submit_together``), and
+its planes are copied into shared memory while they travel (``SharedRun.place``: the blocks
+wait for it).  Releasing a finished run's futures at once puts a message on both streams just
+before the next run's tasks, which then wait behind it; so a finished run's futures are held
+(``Held``) and released in the next run's submission message, after its tasks, or ``HOLD``
+seconds after the run, whichever comes first.
+
+A block sent again after a try in shared memory always takes the messages: that try may still
+be running and writing into its share of the run's regions (``_transport``).
 """
 from __future__ import annotations
 
