@@ -9,6 +9,8 @@ alone.  Bits are those of one process (``HostTeam``).
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -63,7 +65,16 @@ def inputs(n, seed):
 @pytest.mark.parametrize("shm", ["1", "0"])
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_a_runs_blocks_go_to_the_scheduler_in_one_frame(client, monkeypatch, shm, ranks):
+    """Each ``submit`` takes 5 ms more here (as a large task's serialization would): submitted one
+    after the other from this thread, the client's loop sends the first before the next is made."""
     monkeypatch.setenv("EAGLE_DASK_SHM", shm)
+    submit = client.submit
+
+    def slow_submit(*args, **kwargs):
+        future = submit(*args, **kwargs)
+        time.sleep(0.005)
+        return future
+    monkeypatch.setattr(client, "submit", slow_submit)
     plugin = eagle.deploy(oscillator)
     one = eplan.plan(plugin, structure=eexec.HostTeam)
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])[:ranks]
