@@ -53,12 +53,10 @@ class SharedRun:
         self.planes = None
         self.failed = False          # /dev/shm could not hold the planes: every block takes the messages
         self.rows = {}
-        self.views = {}
-        self.fresh_views = {}
+        self.views = {}              # the planes the blocks write, copied into the caller's by ``finish``
         self.row_views = {}
         self.clean = False           # the run returned and no block of it ran twice (``finish``)
         self.started = None          # (Region, n) of the blocks' started flags, (Region, view) on the driver
-        self.in_place = {}           # Mutables and supplied Outs written in place in the arena: their views
         self.host = host_id()
 
     def _specs(self):
@@ -101,14 +99,14 @@ class SharedRun:
                 self.views[name] = view
             elif what == "inout":
                 planes[name] = (None, ref, np.dtype(dtype).str, shape, name in self.sliced, False)
-                self.views[name] = self.in_place[name] = view
+                self.views[name] = view
             elif what == "started":
                 self.started = ((ref, shape[0]), view)
             elif what == "fresh":
                 # the result stays the driver's own array (bound's): blocks sent as messages land
                 # there, shared-memory blocks' shares are copied in (``finish``); never a region a
                 # stale try of a block could still write into
-                self.views[name] = self.fresh_views[name] = view
+                self.views[name] = view
                 planes[name] = (None, ref, np.dtype(dtype).str, shape, True, True)
             else:
                 self.row_views[name] = view
@@ -122,6 +120,7 @@ class SharedRun:
         """The caller's planes copied into the run's regions; in the arena, the blocks waiting for
         them let go (``ArenaRun.placed``).  With ``place_later`` the driver calls it once it has
         submitted the blocks, which wait for it: the copy and their way to the workers overlap."""
+        self.place_later = False     # planes made after this (a block sent later) are placed at once
         copies, self.pending = self.pending, []
         for view, data in copies:
             np.copyto(view, data)

@@ -196,10 +196,10 @@ def test_a_finished_block_run_again_during_its_run_leaves_its_share_alone():
     try:
         for a, b in parts:
             run_block(plugin, eexec.HostTeam, 0, a, b, n, {}, {}, params, {}, shared=shared)
-        written = np.copy(run.fresh_views["y"])
+        written = np.copy(run.views["y"])
         with pytest.raises(shm.StartedBefore, match=r"samples \[0, 600\) started before"):
             shared.open(0, 600)                 # the rerun's first step: its share set up
-        assert K.same_bits(written, run.fresh_views["y"]), "a rerun of a finished block zeroed its share"
+        assert K.same_bits(written, run.views["y"]), "a rerun of a finished block zeroed its share"
         run.finish(parts)
     finally:
         run.close()
@@ -423,7 +423,7 @@ def _outcome(f):
 
 
 # -- the planes placed while the blocks travel (region_locks.placing / wait_placed) ----------------
-def _placed_later(n, seed, timeout=60.0):
+def _placed_later(n, seed, timeout=60.0, build=True):
     """An oscillator ``SharedRun`` whose planes are placed only when ``place`` is called (as a run
     does once its blocks are submitted): (run, its ``SharedPlanes``, the caller's arrays, params)."""
     plugin = eagle.deploy(oscillator)
@@ -436,7 +436,7 @@ def _placed_later(n, seed, timeout=60.0):
     run = SharedRun(_Client(), [], bound, dict(d), {}, {}, {"x", "v"}, plugin.sliceable, plugin.cells,
                     place_later=True, timeout=timeout)
     run.local = {"here"}
-    return plugin, run, run.for_block("here"), d, params
+    return plugin, run, run.for_block("here") if build else None, d, params
 
 
 def _block_in_thread(plugin, shared, n, params):
@@ -467,6 +467,25 @@ def test_a_block_sent_before_its_planes_are_placed_waits_for_them():
     want = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**d, **params))
     got = {"x": run.bound.values["x"], "v": run.bound.values["v"]}
     assert K.same_bits({"x": want["x"], "v": want["v"]}, got)
+
+
+def test_planes_placed_first_for_a_block_sent_after_the_runs_submission():
+    """A run whose first blocks all took the messages calls ``place`` before any plane is in shared
+    memory; a block sent later to a worker of this host (a rerun, a worker that joined) makes the
+    planes then, and must find them placed -- not wait out the run's timeout."""
+    n = 2048
+    plugin, run, _, d, params = _placed_later(n, 15, timeout=5.0, build=False)
+    try:
+        run.place()                              # the run's submission: no plane in shared memory yet
+        shared = run.for_block("here")           # a block sent to this host later
+        start = time.monotonic()
+        run_block(plugin, eexec.HostTeam, 0, 0, n, n, {}, {}, params, {}, shared=shared)
+        assert time.monotonic() - start < 2, "the late block waited for planes nobody would place"
+        run.finish([(0, n)])
+    finally:
+        run.close()
+    want = K.as_dict(plugin, eplan.plan(plugin, structure=eexec.HostTeam).run(**d, **params))
+    assert K.same_bits({"x": want["x"], "v": want["v"]}, {"x": run.bound.values["x"], "v": run.bound.values["v"]})
 
 
 def test_a_block_waiting_for_planes_of_a_run_that_raised_ends_at_once():

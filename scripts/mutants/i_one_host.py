@@ -37,6 +37,11 @@ MUTANTS = [
      "old": "        for i in range(len(self.slots) - 1, -1, -1):\n            if region_locks.placing(",
      "new": "        for i in range(len(self.slots) - 1, -1, -1):\n            if not region_locks.placing(",
      "tests": [SLOT, WAITS], "timeout": 300},
+    {"name": "planes made after the run's submission left unplaced (a late block waits out the timeout)",
+     "path": "eagle_dask/shared_run.py",
+     "old": "        self.place_later = False     # planes made after this (a block sent later) are placed at once\n",
+     "new": "",
+     "tests": [ARENA + "test_planes_placed_first_for_a_block_sent_after_the_runs_submission"], "timeout": 300},
     {"name": "the planes never placed by a run",
      "path": "eagle_dask/eager.py",
      "old": "            self.shared.place()                 # while the blocks travel; they wait for it to read\n",
@@ -51,7 +56,8 @@ MUTANTS = [
     {"name": "a rerun of a shared-memory block in its regions again, its share restored (as before)",
      "path": "eagle_dask/eager.py",
      "old": "        b.remote = True\n",
-     "new": "        for name, view in run.shared.in_place.items():\n"
+     "new": "        for name in run.sliced.keys() & run.shared.views.keys():\n"
+            "            view = run.shared.views[name]\n"
             "            view[b.part.base:b.part.stop] = run.bound.values[name][b.part.base:b.part.stop]\n"
             "        if run.shared.started is not None:\n"
             "            run.shared.started[1][b.part.base] = 0\n",
