@@ -427,16 +427,15 @@ class SharedPlanes:
 
         try:
             # fd None: the arena's name is gone, so no run holds it any more (its token is cleared)
-            ok = current() if fd is None else region_locks.wait_placed(fd, slot.offset, slot.nbytes, current, bound)
+            placed = current() if fd is None else region_locks.wait_placed(fd, slot.offset, slot.nbytes, current,
+                                                                           bound)
+            if not placed:
+                raise RunEnded(f"the block of samples [{start}, {stop}) belongs to a run that has ended: it reads "
+                               "and writes nothing (its regions of the arena may be another run's)")
         except BaseException:
             if fd is not None:
                 os.close(fd)
             raise
-        if not ok:
-            if fd is not None:
-                os.close(fd)
-            raise RunEnded(f"the block of samples [{start}, {stop}) belongs to a run that has ended: it reads and "
-                           "writes nothing (its regions of the arena may be another run's)")
         return fd
 
     def _fill(self, block, maps, view, start, stop):

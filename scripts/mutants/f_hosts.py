@@ -3,8 +3,8 @@ T = "tests/test_hosts.py::"
 MUTANTS = [
     {"name": "host id without the host name: every host of one machine's namespaces looks like the driver's",
      "path": "eagle_dask/shm.py",
-     "old": '    return "|".join((socket.gethostname(), machine, _read("/proc/sys/kernel/random/boot_id")))',
-     "new": '    return "|".join((machine, _read("/proc/sys/kernel/random/boot_id")))',
+     "old": '    return "|".join((socket.gethostname(), *_machine_and_boot()))',
+     "new": '    return "|".join(_machine_and_boot())',
      "tests": [T + "test_same_bits_across_hosts_in_numpy_and_lazy_mode[2-worker-hosts]",
                T + "test_a_worker_on_the_drivers_host_maps_segments_and_one_elsewhere_never_does"],
      "timeout": 300},
