@@ -101,6 +101,20 @@ class Shm:
                 os.environ[k] = v
 
 
+def cpu_of(proc):
+    """User + system CPU seconds of the psutil process ``proc`` so far; None once it is gone."""
+    try:
+        t = proc.cpu_times()
+    except Exception:  # noqa: BLE001 - a process gone
+        return None
+    return t.user + t.system
+
+
+def cpu_seconds(procs) -> float:
+    """``cpu_of`` summed over ``procs`` (those gone count 0)."""
+    return sum(c for c in map(cpu_of, procs) if c is not None)
+
+
 class CpuTime:
     """CPU seconds (user + system) of this process -- the driver, and under ``local_cluster`` the
     scheduler and the nannies too -- and of the client's worker processes on this host, summed
@@ -118,14 +132,8 @@ class CpuTime:
         self.spent, self.runs = {}, {}
 
     def _now(self):
-        out = {}
-        for k, proc in self.procs.items():
-            try:
-                t = proc.cpu_times()
-                out[k] = t.user + t.system
-            except Exception:  # noqa: BLE001 - a worker gone: not counted
-                pass
-        return out
+        now = {k: cpu_of(proc) for k, proc in self.procs.items()}
+        return {k: c for k, c in now.items() if c is not None}
 
     @contextlib.contextmanager
     def of(self, label):
@@ -147,6 +155,24 @@ class CpuTime:
         workers = sum(v for k, v in spent.items() if k != "driver")
         return (f"CPU ms per run: driver {1e3 * spent.get('driver', 0.0) / runs:.1f}, "
                 f"workers {1e3 * workers / runs:.1f}")
+
+
+#: the reference of the tiny run: distributed's own round trip of two tasks on the same client
+OWN_ROUND_TRIP = "distributed's own 2-task round trip"
+
+
+def _echo(x):
+    return x
+
+
+def own_round_trip(client):
+    def go(seed):
+        from distributed import wait
+        t = time.perf_counter()
+        fs = [client.submit(_echo, (seed, k), pure=False) for k in range(2)]
+        wait(fs)
+        return time.perf_counter() - t, None
+    return go
 
 
 def numpy_mode_rows(client, n, steps, rounds, tiny_rounds):
@@ -183,24 +209,6 @@ def numpy_mode_rows(client, n, steps, rounds, tiny_rounds):
                     note="two tasks that return their argument, submitted one after the other, waited for; "
                          "the same client"))
     return rows
-
-
-#: the reference of the tiny run: distributed's own round trip of two tasks on the same client
-OWN_ROUND_TRIP = "distributed's own 2-task round trip"
-
-
-def _echo(x):
-    return x
-
-
-def own_round_trip(client):
-    def go(seed):
-        from distributed import wait
-        t = time.perf_counter()
-        fs = [client.submit(_echo, (seed, k), pure=False) for k in range(2)]
-        wait(fs)
-        return time.perf_counter() - t, None
-    return go
 
 
 def lazy_two_chunks(client, n, steps, rounds):
@@ -346,8 +354,7 @@ from eagle.models import oscillator
 n, steps = int(sys.argv[1]), int(sys.argv[2])
 d = dict(omega=np.linspace(0.5, 2.0, n), dt=1e-3, steps=steps, x=np.ones(n), v=np.zeros(n))
 import os, psutil
-def cpu(procs):
-    return sum(t.user + t.system for t in (p.cpu_times() for p in procs))
+from benchmarks.dask_speed import cpu_seconds
 if __name__ == "__main__":
     procs = [psutil.Process()]
     if sys.argv[3] == "cluster":
@@ -359,9 +366,9 @@ if __name__ == "__main__":
         procs += [psutil.Process(pid) for pid in c.run(os.getpid).values()]
     else:
         s = eexec.HostTeam
-    c0, t = cpu(procs), time.perf_counter()
+    c0, t = cpu_seconds(procs), time.perf_counter()
     eplan.plan(eagle.deploy(oscillator), structure=s).run(**d)
-    print(time.perf_counter() - t, cpu(procs) - c0)
+    print(time.perf_counter() - t, cpu_seconds(procs) - c0)
     if sys.argv[3] == "cluster":
         c.close()
 """
