@@ -58,6 +58,7 @@ from eagle.rows import split
 
 from . import block_faults as faults
 from . import keys
+from .done_watch import DoneWatch
 from .progress import end_progress, show_progress
 from .ranks import worker_ranks
 from .send import TRIES, scatter_everywhere, scatter_to
@@ -248,21 +249,13 @@ class EagerRun:
 
     # -- supervising -----------------------------------------------------------------------
     def _supervise(self):
-        from distributed import wait
-        from distributed import TimeoutError as DaskTimeout
         pending = {b.future: b for b in self.blocks}
-        watch, silence = StuckWatch(self), StallWatch(self)
+        watch, silence, waits = StuckWatch(self), StallWatch(self), DoneWatch(self.shared)
         while pending:
-            try:
-                wait(list(pending), timeout=POLL, return_when="FIRST_COMPLETED")
-            except (DaskTimeout, TimeoutError):
-                pass
-            except CancelledError:
-                pass                                    # looked at below, block by block
-            done = [f for f in pending if f.done()]
-            if done:
+            done, early = waits.wait(pending, POLL)
+            if done or early:
                 with self._scheduler_calls():
-                    again = self._collect([pending.pop(f) for f in done])
+                    again = self._collect([pending.pop(f) for f in done], [pending.pop(b.future) for b in early])
                 pending.update({b.future: b for b in [*self._resubmitted, *again]})
             else:
                 with self._scheduler_calls():
@@ -274,14 +267,15 @@ class EagerRun:
                     self._again(b, to, loose)
                     pending[b.future] = b
 
-    def _collect(self, blocks):
+    def _collect(self, blocks, early=()):
         """Write finished blocks; raise a block's error; resubmit blocks whose inputs were lost.
+        ``early``: blocks done in the arena whose tasks have not reported yet (``DoneWatch``).
 
         Returns the blocks still to wait for: those whose results could not be fetched within
         the gather's bound (their data lost with a worker after they finished: the scheduler
         recomputes them, or keeps them stuck for ``StuckWatch`` to find)."""
         self._resubmitted = []
-        finished = [b for b in blocks if b.future.status == "finished"]
+        finished = [b for b in blocks if b.future.status == "finished"] + list(early)
         others = [b for b in blocks if b.future.status != "finished"]
         again = []
         for b in (b for b in finished if b.shared):      # written in place, rows included: nothing to fetch

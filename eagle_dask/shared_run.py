@@ -17,7 +17,8 @@ sample); started again (the scheduler reran it after its worker was lost) it ref
 (``StartedBefore``).  Every arena run keeps these flags, Mutables or not: a block the scheduler
 runs again after it finished (its worker declared dead while the run goes on) would otherwise
 zero and rewrite its share of a fresh ``Out`` while the driver copies it out; it refuses instead,
-and the driver, which has its result, does not look at it again.
+and the driver, which has its result, does not look at it again.  The same flag tells the driver
+when a block is done (``done``), before its task's report has come through the scheduler.
 
 Every block the driver sends again after a try in shared memory -- refused, or taken from a
 silent, dead or lost worker -- takes the messages (``eagle_dask.eager``): the earlier try may
@@ -31,8 +32,8 @@ import numpy as np
 
 from eagle.rows import n_rows, row_span
 
-from . import arena
-from .shm import LocalWorkers, Segments, SharedPlanes, host_id
+from . import arena, region_locks
+from .shm import DONE, LocalWorkers, Segments, SharedPlanes, host_id
 
 
 class SharedRun:
@@ -149,6 +150,21 @@ class SharedRun:
         planes = {k: (a, b, d, s, sl and k in self.sliceable, f) for k, (a, b, d, s, sl, f) in self.planes.items()}
         return SharedPlanes(self.host, planes, self.rows, self.started and self.started[0],
                             getattr(self.segments, "lease", None))
+
+    def tells_done(self) -> bool:
+        """Whether its blocks in shared memory say when they are done (``done``): arena runs."""
+        return self.started is not None
+
+    def done(self, start) -> bool:
+        """Whether the block of samples starting at ``start`` is done in the arena: its flag says
+        ``DONE`` and it has dropped its lock on the flag (asked without waiting), so everything it
+        wrote is seen here (the lock's hand-over orders it, as ``region_locks`` says).  Always
+        False with fresh segments: their blocks are finished when their tasks are."""
+        if self.started is None or self.started[1][start] != DONE:
+            return False
+        (ref, _), _ = self.started
+        free, _ = region_locks.unlocked(self.segments.arena.fd, [(ref.offset + start, 1)])
+        return bool(free)
 
     def rows_of(self, start, stop):
         """The row partials a finished block of samples ``[start, stop)`` wrote (copies)."""

@@ -27,7 +27,10 @@ mapped across runs (``arena_map``: opened by name and checked only when its id i
 fresh ``Out``s are copied out of it when the run ends, and a ``Mutable`` or a supplied ``Out``
 has one region, run in place, with no staged copy: a block records at its first sample that it
 started, and started again it refuses (``StartedBefore``): the driver sends it again through the
-messages (``eagle_dask.shared_run``).  Before it reads its run's lease a block
+messages (``eagle_dask.shared_run``).  When its outputs and rows are written it records that it
+is done, in the same byte (``MappedBlock.mark_done``), and holds a lock on that byte until it
+returns: the driver takes the block for finished once it sees the flag and the lock gone, without
+waiting for the task's report to come through the scheduler (``SharedRun.done``).  Before it reads its run's lease a block
 opens the arena once more for itself and takes shared locks on the regions it writes
 (``lock_regions``, ``eagle_dask.region_locks``), dropped when it returns (``MappedBlock.close``):
 the driver keeps a region still locked when its run ends from every later run.  It then waits,
@@ -111,6 +114,11 @@ class Elsewhere(RuntimeError):
 class RunEnded(RuntimeError):
     """A block of a run that ended started (the scheduler ran it again): its regions of the
     arena may be a later run's, and it touches none of them."""
+
+
+#: a block's flag in the run's started flags (one byte per sample, a block's at its first sample):
+#: never started (0), started, its outputs and rows written
+STARTED, DONE = 1, 2
 
 
 class StartedBefore(RuntimeError):
@@ -418,8 +426,10 @@ class SharedPlanes:
         slot, token, bound = self.lease
         seg = slot.seg
         writes = [ref for _, ref, *_ in self.planes.values()] + [ref for ref, _ in self.rows.values()]
-        writes += [self.started[0]] if self.started is not None else []
-        fd = lock_regions(seg, [(r.offset, r.nbytes) for r in writes if isinstance(r, Region) and r.seg == seg])
+        spans = [(r.offset, r.nbytes) for r in writes if isinstance(r, Region) and r.seg == seg]
+        if self.started is not None:        # its own flag only: the driver asks block by block (``done``)
+            spans.append((self.started[0].offset + start, 1))
+        fd = lock_regions(seg, spans)
         lease = view(slot, np.int64, (1,))
 
         def current():
@@ -445,7 +455,8 @@ class SharedPlanes:
             if flags[start]:
                 raise StartedBefore(f"the block of samples [{start}, {stop}) started before and its Mutables were "
                                     "written in place: the driver sends it again through the messages")
-            flags[start] = 1
+            flags[start] = STARTED
+            block.flags = flags
         for name, (seg_in, seg_out, _, _, is_sliced, fresh) in self.planes.items():
             src = maps[seg_in] if seg_in is not None else None
             if seg_out is None:
@@ -464,13 +475,20 @@ class MappedBlock:
     ``whole`` inputs, outputs written ``in_place``, and the cells' rows (``rows[cell] = (segment,
     its mapping)``, written by ``write_rows``)."""
 
-    __slots__ = ("start", "stop", "sliced", "whole", "in_place", "rows", "lock", "arenas")
+    __slots__ = ("start", "stop", "sliced", "whole", "in_place", "rows", "lock", "arenas", "flags")
 
     def __init__(self, start, stop, rows):
         self.start, self.stop, self.rows = start, stop, rows
         self.sliced, self.whole, self.in_place = {}, {}, {}
         self.lock = None            # the fd holding its locks on the arena's regions it writes
         self.arenas = {}            # the arenas its planes lie in: {SegmentId: the worker's mapping}
+        self.flags = None           # the run's started flags (in the arena), its own at ``start``
+
+    def mark_done(self):
+        """Its outputs and rows are written: its flag says ``DONE`` (the driver's ``SharedRun.done``
+        believes it once the block's lock on the flag is gone, i.e. after ``close``)."""
+        if self.flags is not None:
+            self.flags[self.start] = DONE
 
     def close(self):
         """The block wrote its last byte (or failed): its locks dropped (``SharedPlanes._lease``)."""

@@ -285,6 +285,7 @@ def run_block(plugin, inner, rank, start, stop, n, sliced, whole, params, fresh,
             raise RuntimeError(f"kernel {plugin.name!r}: output planes {sorted(blocks)} of the block of rank {rank} "
                                "are not in shared memory, although the block's planes are")
         mapped.write_rows(rows)      # through the block's own mappings: the driver reads them there
+        mapped.mark_done()           # the driver takes it for finished once its locks are dropped
     finally:
         mapped.close()               # its locks on the arena's regions dropped after its last write
     return blocks, None

@@ -1,6 +1,7 @@
 """Mutants of a numpy-mode run on one host: the blocks submitted in one message, the planes placed
 while they travel (the lease slot's write lock, the blocks' wait), a rerun of a shared-memory block
-through the messages (an earlier try may still write into its regions)."""
+through the messages (an earlier try may still write into its regions), a block taken for done from
+its flag in the arena, not its task's report."""
 
 ARENA = "tests/test_dask_arena.py::"
 WAITS = ARENA + "test_a_block_sent_before_its_planes_are_placed_waits_for_them"
@@ -10,6 +11,7 @@ SLOT = ARENA + "test_a_lease_slot_an_earlier_block_checks_is_not_handed_out"
 STALE = "tests/test_dask_faults.py::test_a_hung_block_that_goes_on_while_its_rerun_runs_changes_nothing"
 PIN = "tests/test_pinned.py::"
 FRAME = "tests/test_dask_submit.py::test_a_runs_blocks_go_to_the_scheduler_in_one_frame"
+DONE = "tests/test_dask_done.py::"
 
 MUTANTS = [
     {"name": "a block does not wait for the planes to be placed",
@@ -77,4 +79,27 @@ MUTANTS = [
      "old": "        except Exception:  # noqa: BLE001 - pageable uploads instead: slower, the same bits\n            pinned = None\n",
      "new": "        except ZeroDivisionError:\n            pinned = None\n",
      "tests": [PIN + "test_a_refused_registration_leaves_pageable_uploads"], "timeout": 120},
+    {"name": "the driver waits for every task's report (the arena's done flags never looked at)",
+     "path": "eagle_dask/done_watch.py",
+     "old": "            early = [b for f, b in pending.items() if b.shared and f not in done and self.shared.done(b.part.base)]",
+     "new": "            early = []",
+     "tests": [DONE + "test_a_run_returns_when_its_blocks_are_done_in_the_arena_not_when_their_tasks_report"],
+     "timeout": 300},
+    {"name": "a block taken for done from its flag while it still holds its lock",
+     "path": "eagle_dask/shared_run.py",
+     "old": "        return bool(free)\n",
+     "new": "        return True\n",
+     "tests": [DONE + "test_a_block_that_says_done_but_holds_its_lock_is_not_done_yet"], "timeout": 120},
+    {"name": "a block says it is done even when it failed",
+     "path": "eagle_dask/task.py",
+     "old": "    finally:\n        mapped.close()",
+     "new": "    finally:\n        mapped.mark_done()\n        mapped.close()",
+     "tests": [DONE + "test_a_block_that_fails_is_never_taken_for_done"], "timeout": 300},
+    {"name": "a block does not lock its done flag",
+     "path": "eagle_dask/shm.py",
+     "old": "            spans.append((self.started[0].offset + start, 1))\n",
+     "new": "            pass\n",
+     "tests": [DONE + "test_a_block_that_says_done_but_holds_its_lock_is_not_done_yet",
+               ARENA + "test_a_block_still_writing_when_its_run_ends_keeps_its_regions_from_the_next_run"],
+     "timeout": 300},
 ]
