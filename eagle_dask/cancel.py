@@ -7,7 +7,7 @@ between pieces whether it is still wanted (``eagle_dask.task.still_wanted``); a 
 last long (the first one of a team of ``T`` threads holds ``4 T`` whole chunks).
 
 While a piece runs (``watching``), one watcher thread per worker process looks at the task's
-state every ``POLL`` seconds.  When the task is no longer wanted, it raises ``Abandoned`` in the
+state every ``POLL`` seconds; it ends once nothing has been watched for ``LINGER`` seconds.  When the task is no longer wanted, it raises ``Abandoned`` in the
 task's thread -- the thread that waits for the host engine's team, where Ctrl-C lands in a
 driver -- and only while that thread waits there (``eagle.host.waiting_for_team``): raised while
 it loads or compiles the kernel, the exception could leave a lock held (the module's file lock,
@@ -26,11 +26,15 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 
 from eagle.host import waiting_for_team
 
 #: seconds between two looks at the watched tasks' states
 POLL = 0.1
+#: seconds the watcher thread stays with nothing to watch before it ends: the pieces of the next
+#: blocks find it running (starting a thread per block cost a short block a tenth of its time)
+LINGER = 2.0
 
 
 class Abandoned(Exception):
@@ -55,9 +59,14 @@ def _raise_in(ident, exc) -> None:
 
 def _watch_loop():
     global _WATCHER
+    idle_since = time.monotonic()
     while True:
         with _LOCK:
-            if not _WATCHED:
+            if _WATCHED:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = time.monotonic()
+            if not _WATCHED and time.monotonic() - idle_since >= LINGER:
                 _WATCHER = None
                 return
             watched = list(_WATCHED.items())

@@ -168,17 +168,25 @@ def run_pieces(inner, plugin, values, start, stop, po=0, device=None, wanted=sti
     """``inner.run_range`` over ``[start, stop)``, in pieces of whole rows on the host (see the
     module docstring); returns each cell's row partials for the whole range."""
     count = stop - start
-    size = first_piece() if inner is HostTeam else count
+    pace = _Pace.of(plugin, values) if inner is HostTeam else None
+    size = pace.first() if pace is not None else count
     if count <= size:
+        t = time.perf_counter()
         with _piece(inner, wanted):
-            return inner.run_range(plugin, values, start, stop, po=po, device=device)
+            rows = inner.run_range(plugin, values, start, stop, po=po, device=device)
+        if pace is not None:
+            pace.ran(count, time.perf_counter() - t)
+        return rows
     parts, a = [], start
     while a < stop:
         b = min(a + size, stop)
+        if stop - b < size // 4:            # no short last piece: the rest joins this one
+            b = stop
         t = time.perf_counter()
         with _piece(inner, wanted):
             parts.append(inner.run_range(plugin, values, a, b, po=po, device=device))
         spent = time.perf_counter() - t
+        pace.ran(b - a, spent)
         a = b
         report(a - start)
         if a < stop and not wanted():
@@ -187,6 +195,42 @@ def run_pieces(inner, plugin, values, start, stop, po=0, device=None, wanted=sti
         grow = 16.0 if spent <= 0 else min(16.0, max(1.0, PIECE_SECONDS / spent))
         size = max(size, int(size * grow) // ROW * ROW)
     return {c: np.concatenate([r[c] for r in parts]) for c in plugin.cells}
+
+
+class _Pace:
+    """The seconds per sample the last piece of a kernel took in this process, with the same
+    scalar Params and team size: the next block's first piece takes about ``PIECE_SECONDS`` at
+    that pace (at least ``first_piece()``) instead of a few rows to measure it.  The pieces'
+    bounds do not change the bits (they start on rows)."""
+
+    _known = collections.OrderedDict()      # key -> seconds per sample; the last ``KEEP`` keys
+    _lock = threading.Lock()
+    KEEP = 64
+
+    def __init__(self, key):
+        self.key = key
+
+    @classmethod
+    def of(cls, plugin, values):
+        scalars = tuple(sorted((k, v) for k, v in values.items() if isinstance(v, (bool, int, float, np.generic))))
+        return cls((plugin.key, num_threads(), scalars))
+
+    def first(self) -> int:
+        least = first_piece()
+        with self._lock:
+            per = self._known.get(self.key)
+        if not per:
+            return least
+        return max(least, int(PIECE_SECONDS / per) // ROW * ROW)
+
+    def ran(self, samples, seconds):
+        if samples <= 0 or seconds <= 0:
+            return
+        with self._lock:
+            self._known[self.key] = seconds / samples
+            self._known.move_to_end(self.key)
+            while len(self._known) > self.KEEP:
+                self._known.popitem(last=False)
 
 
 def _piece(inner, wanted):

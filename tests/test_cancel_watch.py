@@ -147,3 +147,18 @@ def test_not_waiting_for_the_team_once_the_wait_returned():
     assert not th.is_alive(), "the team was not stopped"
     assert box.get("outside", 0) >= 1.0, f"Abandoned was raised outside the team's wait: {box}"
     assert box["ended"] == "abandoned" and box["seconds"] < 1.0 + STOPS_WITHIN, box
+
+
+def test_pieces_one_after_the_other_keep_one_watcher_thread():
+    """A worker's blocks follow each other with gaps (the next task's way from the scheduler): the
+    watcher thread started for one piece still watches the next, rather than a thread per piece."""
+    plan = _plan()
+    with watching(lambda: True):
+        plan.run(**oscillators(256, 10))
+    first = _watchers()
+    time.sleep(cancel.POLL * 3)
+    with watching(lambda: True):
+        plan.run(**oscillators(256, 10))
+        assert _watchers() == first and len(first) == 1, "a new watcher thread for the next piece"
+    assert _watcher_ends(cancel.LINGER + 5.0), "the watcher did not end with nothing to watch"
+

@@ -34,15 +34,29 @@ def _events(client):
     return len(client.get_events(progress.TOPIC))
 
 
+def _piece_seconds(seconds):
+    import eagle_dask.task as task
+    before, task.PIECE_SECONDS = task.PIECE_SECONDS, seconds
+    return before
+
+
 def test_only_runs_with_a_bar_report_progress(client, capsys):
-    n = 16384                             # 8192 samples a block: several pieces each
+    n = 16384                             # 8192 samples a block (~20 ms): pieces of 1 ms
+    before = client.run(_piece_seconds, 0.001)
+    try:
+        _bar_or_not(client, capsys, n)
+    finally:
+        client.run(_piece_seconds, next(iter(before.values())))
+
+
+def _bar_or_not(client, capsys, n):
     quiet = eplan.plan(oscillator, structure=DaskPartition.on(client, progress=False))
     loud = eplan.plan(oscillator, structure=DaskPartition.on(client, progress=True))
     before = _events(client)
-    quiet.run(**oscillators(n, 2000))
+    quiet.run(**oscillators(n, 20000))
     assert _events(client) == before, "a run without a bar sent progress events"
     assert capsys.readouterr().out == ""
-    loud.run(**oscillators(n, 2000))
+    loud.run(**oscillators(n, 20000))
     assert _events(client) >= before + 4, "a run with a bar reports each of its blocks' pieces"
     out = capsys.readouterr().out
     assert out.endswith("\n") and f"{n}/{n} samples" in out.rsplit("\r", 1)[1], out[-200:]

@@ -12,6 +12,7 @@ STALE = "tests/test_dask_faults.py::test_a_hung_block_that_goes_on_while_its_rer
 PIN = "tests/test_pinned.py::"
 FRAME = "tests/test_dask_submit.py::test_a_runs_blocks_go_to_the_scheduler_in_one_frame"
 DONE = "tests/test_dask_done.py::"
+PIECES = "tests/test_pieces.py::"
 
 MUTANTS = [
     {"name": "a block does not wait for the planes to be placed",
@@ -102,4 +103,29 @@ MUTANTS = [
      "tests": [DONE + "test_a_block_that_says_done_but_holds_its_lock_is_not_done_yet",
                ARENA + "test_a_block_still_writing_when_its_run_ends_keeps_its_regions_from_the_next_run"],
      "timeout": 300},
+    {"name": "a block's first piece a few rows whatever the pace of the last",
+     "path": "eagle_dask/task.py",
+     "old": "        return max(least, int(PIECE_SECONDS / per) // ROW * ROW)\n",
+     "new": "        return least\n",
+     "tests": [PIECES + "test_a_kernels_first_block_starts_small_and_the_next_runs_at_its_pace"], "timeout": 120},
+    {"name": "the pace kept per kernel only (not per Params)",
+     "path": "eagle_dask/task.py",
+     "old": "        return cls((plugin.key, num_threads(), scalars))\n",
+     "new": "        return cls((plugin.key, num_threads()))\n",
+     "tests": [PIECES + "test_a_kernels_first_block_starts_small_and_the_next_runs_at_its_pace"], "timeout": 120},
+    {"name": "a piece at the pace cut off its rows",
+     "path": "eagle_dask/task.py",
+     "old": "        return max(least, int(PIECE_SECONDS / per) // ROW * ROW)\n",
+     "new": "        return max(least, int(PIECE_SECONDS / per) + 1)\n",
+     "tests": [PIECES + "test_pieces_give_numpys_bits_and_the_rows_of_one_pass"], "timeout": 120},
+    {"name": "a short last piece left alone",
+     "path": "eagle_dask/task.py",
+     "old": "        if stop - b < size // 4:            # no short last piece: the rest joins this one\n            b = stop\n",
+     "new": "",
+     "tests": [PIECES + "test_no_short_last_piece"], "timeout": 120},
+    {"name": "the watcher thread ends as soon as nothing is watched (a thread per block)",
+     "path": "eagle_dask/cancel.py",
+     "old": "LINGER = 2.0\n",
+     "new": "LINGER = 0.0\n",
+     "tests": ["tests/test_cancel_watch.py::test_pieces_one_after_the_other_keep_one_watcher_thread"], "timeout": 120},
 ]
