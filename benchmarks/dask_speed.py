@@ -11,7 +11,8 @@ medians; every arm's outputs are checked bit for bit against one process:
    (shared memory through the driver's arena; fresh segments per run, ``EAGLE_DASK_ARENA=0``;
    and the messages, ``EAGLE_DASK_SHM=0``) / one process with 2 threads;
 2. **tiny run** -- 10^4 samples, 1 step, numpy mode, the same three transports, against
-   distributed's own round trip of two tasks on the same client (goal: at most 1.2 times it);
+   distributed's own round trip of two tasks on the same client (goal: at most 1.2 times it),
+   each arm after ``TINY_SETTLE`` seconds of quiet;
 3. **lazy, 2 chunks** -- the same oscillator on persisted dask arrays, outputs persisted / one process;
 4. **lazy, chunks of 1000** -- 10^6 samples (100 steps) with a cell, inputs persisted, against
    ``map_blocks`` over a numba loop + dask's ``sum``; the tasks each adds to the graph;
@@ -63,11 +64,13 @@ def timed(f):
     return time.perf_counter() - t, out
 
 
-def alternate(arms, rounds):
-    """{arm: [seconds]} and each arm's last output; ``arms[k](seed)`` returns (seconds, output)."""
+def alternate(arms, rounds, settle=0.0):
+    """{arm: [seconds]} and each arm's last output; ``arms[k](seed)`` returns (seconds, output).
+    ``settle``: seconds of quiet before each arm (see ``TINY_SETTLE``)."""
     times, last = {k: [] for k in arms}, {}
     for r in range(rounds):
         for k, f in arms.items():
+            time.sleep(settle)
             t, last[k] = f(1000 + r)
             times[k].append(t)
     return times, last
@@ -159,6 +162,11 @@ class CpuTime:
 
 #: the reference of the tiny run: distributed's own round trip of two tasks on the same client
 OWN_ROUND_TRIP = "distributed's own 2-task round trip"
+#: seconds of quiet before each arm of the tiny run: what an arm leaves behind (its futures
+#: released, a numpy-mode run's held futures ``eagle_dask.eager.HOLD`` seconds later) puts a
+#: message on the scheduler's stream to each worker, which then holds the next arm's tasks for its
+#: 5 ms interval -- back to back, each arm paid for the one before it
+TINY_SETTLE = 0.3
 
 
 def _echo(x):
@@ -201,7 +209,7 @@ def numpy_mode_rows(client, n, steps, rounds, tiny_rounds):
     tiny, tlast = alternate({"numpy mode, shared memory": arm(dask_plan, True, 10**4, 1),
                              "numpy mode, fresh segments": arm(dask_plan, "fresh", 10**4, 1),
                              "numpy mode, messages": arm(dask_plan, False, 10**4, 1),
-                             OWN_ROUND_TRIP: own_round_trip(client)}, tiny_rounds)
+                             OWN_ROUND_TRIP: own_round_trip(client)}, tiny_rounds, TINY_SETTLE)
     tref = one.run(**oscillators(10**4, 1, 1000 + tiny_rounds - 1))
     rows += [row("tiny run", k, 2, 10**4, t, same_bits(tref, tlast[k])) for k, t in tiny.items()
              if k != OWN_ROUND_TRIP]

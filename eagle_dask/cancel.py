@@ -7,9 +7,10 @@ between pieces whether it is still wanted (``eagle_dask.task.still_wanted``); a 
 last long (the first one of a team of ``T`` threads holds ``4 T`` whole chunks).
 
 While a piece runs (``watching``), one watcher thread per worker process looks at the task's
-state every ``POLL`` seconds; it ends once nothing has been watched for ``LINGER`` seconds.  When the task is no longer wanted, it raises ``Abandoned`` in the
-task's thread -- the thread that waits for the host engine's team, where Ctrl-C lands in a
-driver -- and only while that thread waits there (``eagle.host.waiting_for_team``): raised while
+state every ``POLL`` seconds (the thread ends once nothing has been watched for ``LINGER``
+seconds).  When the task is no longer wanted, it raises ``Abandoned`` in the task's thread --
+the thread that waits for the host engine's team, where Ctrl-C lands in a driver -- and only
+while that thread waits there (``eagle.host.waiting_for_team``): raised while
 it loads or compiles the kernel, the exception could leave a lock held (the module's file lock,
 which every process of the host would then wait for), so the watcher waits for its next look.
 The host engine treats it as it treats Ctrl-C (``eagle.host``: every tile is told to stop at its

@@ -30,13 +30,13 @@ started, and started again it refuses (``StartedBefore``): the driver sends it a
 messages (``eagle_dask.shared_run``).  When its outputs and rows are written it records that it
 is done, in the same byte (``MappedBlock.mark_done``), and holds a lock on that byte until it
 returns: the driver takes the block for finished once it sees the flag and the lock gone, without
-waiting for the task's report to come through the scheduler (``SharedRun.done``).  Before it reads its run's lease a block
-opens the arena once more for itself and takes shared locks on the regions it writes
-(``lock_regions``, ``eagle_dask.region_locks``), dropped when it returns (``MappedBlock.close``):
-the driver keeps a region still locked when its run ends from every later run.  It then waits,
-within the run's timeout, until the driver has placed the run's planes (the driver submits the
-blocks first and copies while they travel: ``region_locks.wait_placed``), and only then reads
-the lease.
+waiting for the task's report to come through the scheduler (``SharedRun.done``).  Before it
+reads its run's lease a block opens the arena once more for itself and takes shared locks on the
+regions it writes (``lock_regions``, ``eagle_dask.region_locks``; of the started flags, its own
+byte), dropped when it returns (``MappedBlock.close``): the driver keeps a region still locked
+when its run ends from every later run.  It then waits, within the run's timeout, until the
+driver has placed the run's planes (the driver submits the blocks first and copies while they
+travel: ``region_locks.wait_placed``), and only then reads the lease.
 
 A block maps every segment it needs when it starts (``SharedPlanes.open``, all of them before
 it writes a byte) and keeps those mappings until it returns: it never opens a name again.  An

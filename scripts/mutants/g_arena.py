@@ -99,10 +99,10 @@ MUTANTS += [
      "timeout": 300},
     {"name": "a block checks its run's lease before it takes its locks",
      "path": "eagle_dask/shm.py",
-     "old": ("        fd = lock_regions(seg, [(r.offset, r.nbytes) for r in writes if isinstance(r, Region) and r.seg == seg])\n"
+     "old": ("        fd = lock_regions(seg, spans)\n"
              "        lease = view(slot, np.int64, (1,))\n"),
      "new": ("        before = int(view(slot, np.int64, (1,))[0])\n"
-             "        fd = lock_regions(seg, [(r.offset, r.nbytes) for r in writes if isinstance(r, Region) and r.seg == seg])\n"
+             "        fd = lock_regions(seg, spans)\n"
              "        lease = np.array([before])\n"),
      "tests": ["tests/test_dask_arena.py::test_a_block_at_its_lock_when_its_run_ends_writes_nothing[before]"],
      "timeout": 300},
