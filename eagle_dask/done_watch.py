@@ -8,28 +8,46 @@ looks at the flags (``SharedRun.done``) and takes such a block for finished at o
 still ends as usual; the run holds its future (``eagle_dask.eager.Held``) and never looks at it
 again.  A block that fails never says it is done: its task's error comes through the scheduler.
 
-While a block in the arena is pending the flags and the futures are polled: the first look after
-``FIRST_PAUSE``, then the pause grows with the time waited (``SHARE`` of it, at most
-``MAX_PAUSE``), so a short run is seen finished at once and a long one costs a few looks a second.
-With no such block pending the wait is distributed's own (``distributed.wait``).
+While a block in the arena is pending the flags and the futures are polled.  A run like one
+before it (the same kernel, samples, scalar Params and number of blocks: ``kind``, ``TOOK``) waits on
+its tasks alone (distributed's wait: no polling) until ``EARLY`` of that run's time has passed,
+then polls every ``NEAR`` of it; a run of a new kind polls from the start, the pause growing with
+the time waited (``SHARE`` of it).  Pauses are at least ``FIRST_PAUSE`` and at most ``MAX_PAUSE``.
+With no block in the arena pending the wait is distributed's own (``distributed.wait``).
 """
 from __future__ import annotations
 
 import time
 from concurrent.futures import CancelledError
 
-#: seconds of the first pause, the most a pause grows to, and its share of the time waited so far
+from .recent import Recent, scalars
+
+#: seconds of the first pause and the most a pause grows to; a pause's share of the time waited
+#: so far (a new kind of run); the share of an expected run's time waited on the tasks alone, and
+#: a pause's share of it after that
 FIRST_PAUSE = 50e-6
 MAX_PAUSE = 0.01
 SHARE = 0.04
+EARLY = 0.85
+NEAR = 0.01
+
+
+#: how long the last run of each kind took, from its blocks' submission to its last block done
+TOOK = Recent()
+
+
+def kind(plugin, n, params, blocks):
+    """A run's kind: its kernel, samples, scalar Params and number of blocks."""
+    return (plugin.key, n, scalars(params), blocks)
 
 
 class DoneWatch:
-    """The waits of one run (``shared``: its ``SharedRun``); ``since``: when its blocks went out."""
+    """The waits of one run (``shared``: its ``SharedRun``; ``kind``: its ``kind``, or None)."""
 
-    def __init__(self, shared):
-        self.shared = shared
-        self.since = time.monotonic()
+    def __init__(self, shared, kind=None):
+        self.shared, self.kind = shared, kind
+        self.since = time.monotonic()               # its blocks went out
+        self.expected = TOOK.get(kind) if kind is not None else None
 
     def wait(self, pending, bound):
         """(the futures of ``pending`` -- {future: block} -- that are done, the blocks done in the
@@ -38,14 +56,25 @@ class DoneWatch:
         if not (self.shared.tells_done() and any(b.shared for b in pending.values())):
             return self._tasks(pending, bound), []
         deadline = time.monotonic() + bound
+        if self.expected is not None:
+            quiet = self.since + EARLY * self.expected - time.monotonic()
+            if quiet > 0:
+                done = self._tasks(pending, min(quiet, bound))
+                if done or time.monotonic() >= deadline:
+                    return done, []
         while True:
             done = [f for f in pending if f.done()]
             early = [b for f, b in pending.items() if b.shared and f not in done and self.shared.done(b.part.base)]
             now = time.monotonic()
             if done or early or now >= deadline:
                 return done, early
-            pause = min(MAX_PAUSE, max(FIRST_PAUSE, SHARE * (now - self.since)), deadline - now)
-            time.sleep(pause)
+            share = NEAR * self.expected if self.expected is not None else SHARE * (now - self.since)
+            time.sleep(min(MAX_PAUSE, max(FIRST_PAUSE, share), deadline - now))
+
+    def finished(self):
+        """The run's last block is done: its time kept for the next run of its kind."""
+        if self.kind is not None:
+            TOOK.put(self.kind, time.monotonic() - self.since)
 
     @staticmethod
     def _tasks(pending, bound):

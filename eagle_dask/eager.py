@@ -58,7 +58,7 @@ from eagle.rows import split
 
 from . import block_faults as faults
 from . import keys
-from .done_watch import DoneWatch
+from .done_watch import DoneWatch, kind
 from .progress import end_progress, show_progress
 from .ranks import worker_ranks
 from .send import TRIES, scatter_everywhere, scatter_to
@@ -250,7 +250,8 @@ class EagerRun:
     # -- supervising -----------------------------------------------------------------------
     def _supervise(self):
         pending = {b.future: b for b in self.blocks}
-        watch, silence, waits = StuckWatch(self), StallWatch(self), DoneWatch(self.shared)
+        waits = DoneWatch(self.shared, kind(self.plugin, self.bound.n, self.params, len(self.blocks)))
+        watch, silence = StuckWatch(self), StallWatch(self)
         while pending:
             done, early = waits.wait(pending, POLL)
             if done or early:
@@ -266,6 +267,8 @@ class EagerRun:
                     del pending[b.future]
                     self._again(b, to, loose)
                     pending[b.future] = b
+        if not any(b.attempts for b in self.blocks):
+            waits.finished()                    # the next run of its kind polls near its end only
 
     def _collect(self, blocks, early=()):
         """Write finished blocks; raise a block's error; resubmit blocks whose inputs were lost.

@@ -48,6 +48,7 @@ from eagle.rows import ROW, fold
 from .cancel import Abandoned, watching
 from .pinned import pin_arena
 from .progress import report_piece
+from .recent import Recent, scalars
 from .shm import SharedPlanes
 
 #: what recent tasks of this worker received: (kernel, rank, start, stop, worker, {plane: length})
@@ -197,40 +198,33 @@ def run_pieces(inner, plugin, values, start, stop, po=0, device=None, wanted=sti
     return {c: np.concatenate([r[c] for r in parts]) for c in plugin.cells}
 
 
-class _Pace:
-    """The seconds per sample the last piece of a kernel took in this process, with the same
-    scalar Params and team size: the next block's first piece takes about ``PIECE_SECONDS`` at
-    that pace (at least ``first_piece()``) instead of a few rows to measure it.  The pieces'
-    bounds do not change the bits (they start on rows)."""
+#: seconds per sample of each kernel's last host piece in this process, by kernel, team size and
+#: scalar Params: the next block's first piece takes about ``PIECE_SECONDS`` at that pace
+PACES = Recent()
 
-    _known = collections.OrderedDict()      # key -> seconds per sample; the last ``KEEP`` keys
-    _lock = threading.Lock()
-    KEEP = 64
+
+class _Pace:
+    """The pace of a block's kind (``PACES``): its first piece about ``PIECE_SECONDS`` long at the
+    pace of the last piece of its kind (at least ``first_piece()``) instead of a few rows to measure
+    it.  The pieces' bounds do not change the bits (they start on rows)."""
 
     def __init__(self, key):
         self.key = key
 
     @classmethod
     def of(cls, plugin, values):
-        scalars = tuple(sorted((k, v) for k, v in values.items() if isinstance(v, (bool, int, float, np.generic))))
-        return cls((plugin.key, num_threads(), scalars))
+        return cls((plugin.key, num_threads(), scalars(values)))
 
     def first(self) -> int:
         least = first_piece()
-        with self._lock:
-            per = self._known.get(self.key)
+        per = PACES.get(self.key)
         if not per:
             return least
         return max(least, int(PIECE_SECONDS / per) // ROW * ROW)
 
     def ran(self, samples, seconds):
-        if samples <= 0 or seconds <= 0:
-            return
-        with self._lock:
-            self._known[self.key] = seconds / samples
-            self._known.move_to_end(self.key)
-            while len(self._known) > self.KEEP:
-                self._known.popitem(last=False)
+        if samples > 0 and seconds > 0:
+            PACES.put(self.key, seconds / samples)
 
 
 def _piece(inner, wanted):

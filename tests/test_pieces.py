@@ -46,7 +46,7 @@ def _set_pace(d, samples):
     """The pace of ``d``'s kernel and Params set so that a first piece holds about ``samples``."""
     with thread_budget(1):
         key = task._Pace.of(task.plugin_of(eagle.deploy(oscillator), HostTeam), d).key
-    task._Pace._known[key] = task.PIECE_SECONDS / samples
+    task.PACES.put(key, task.PIECE_SECONDS / samples)
 
 
 @pytest.mark.parametrize("start, stop", [(0, 4417), (96, 3001), (0, 1)])

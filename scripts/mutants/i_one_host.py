@@ -128,4 +128,10 @@ MUTANTS = [
      "old": "LINGER = 2.0\n",
      "new": "LINGER = 0.0\n",
      "tests": ["tests/test_cancel_watch.py::test_pieces_one_after_the_other_keep_one_watcher_thread"], "timeout": 120},
+    {"name": "a run like an earlier one waits on its tasks alone (never looks at the flags)",
+     "path": "eagle_dask/done_watch.py",
+     "old": "                done = self._tasks(pending, min(quiet, bound))\n",
+     "new": "                done = self._tasks(pending, bound)\n                quiet = bound\n",
+     "tests": [DONE + "test_a_run_returns_when_its_blocks_are_done_in_the_arena_not_when_their_tasks_report"],
+     "timeout": 300},
 ]
