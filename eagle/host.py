@@ -34,6 +34,8 @@ from .errors import compile_error, kernel_error
 from .host_codegen import host_source, simd_source
 from .interrupt import new_progress, stop
 from .mpi.world import local_ranks
+from .prefault import populate
+from .roles import OUTPUT_KINDS
 from .host_path import decide, without_lanes, without_simd
 from .rows import ROW, check_row_start, identity_rows, row_span
 
@@ -165,6 +167,7 @@ class HostEntry:
         self.polls = polls
         self._lock = threading.RLock()
         self.restored = self._restored(plugin)
+        self.written = plugin.names(*OUTPUT_KINDS)          # faulted in before a run (``_populate``)
         self._take(decide(plugin, lanes, simd))
 
     # what runs: the path (``eagle.host_path``) and its module
@@ -264,6 +267,7 @@ class HostEntry:
             return rows
         # compile (or load from the disk cache) in this thread, before the team starts
         loop, width = self._compile(start, po, args, r0)
+        self._populate(values, start, stop, po)
         progs = [new_progress() for _ in cut]
         errors = [None] * len(cut)
         saved = [None] * len(cut)
@@ -311,6 +315,14 @@ class HostEntry:
         if AT not in body_function(plugin):
             return ()
         return tuple(name for role, name in plugin.arg_spec if role.kind == "Mutable")
+
+    def _populate(self, values, start, stop, po):
+        """The pages the run writes faulted in at once (``eagle.prefault``), not one fault per page
+        in the team's threads: the share ``[start, stop)`` of each sliceable output plane, the
+        others whole."""
+        for name in self.written:
+            plane = values[name]
+            populate(plane[self._rows(name, start, stop, po)] if name in self.plugin.sliceable else plane)
 
     def _rows(self, name, a, b, po):
         """The slice of plane ``name`` holding samples ``[a, b)``."""

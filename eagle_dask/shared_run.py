@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from eagle.prefault import populate
 from eagle.rows import n_rows, row_span
 
 from . import arena, region_locks
@@ -178,6 +179,7 @@ class SharedRun:
         for name, view in self.views.items():
             target = self.bound.values[name]
             for a, b in parts:
+                populate(target[a:b])               # a fresh plane's pages at once, not a fault each
                 target[a:b] = view[a:b]
         self.clean = not twice
 

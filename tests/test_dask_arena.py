@@ -601,3 +601,19 @@ def test_results_are_not_views_of_the_arena(client, name):
     for seed in (2, 3):
         p.run(**K.inputs(name, 4000, seed=seed))
     assert K.same_bits(kept, first), f"{name}: a result changed under a later run"
+
+
+def test_the_shares_copied_back_are_populated_first(monkeypatch):
+    """``finish`` asks for the pages of each share of the caller's planes at once before it copies
+    into them (``eagle.prefault``): a fresh ``np.zeros`` plane is not faulted in page by page."""
+    import eagle_dask.shared_run as shared_run
+    asked = []
+    monkeypatch.setattr(shared_run, "populate", lambda a: asked.append((a.ctypes.data, a.nbytes)) or True)
+    n = 96
+    run, _, d = _oscillator_run(n, 7)
+    try:
+        run.finish([(0, 64), (64, n)])
+    finally:
+        run.close()
+    want = {(d[k][a:b].ctypes.data, d[k][a:b].nbytes) for k in ("x", "v") for a, b in ((0, 64), (64, n))}
+    assert set(asked) == want

@@ -13,6 +13,7 @@ PIN = "tests/test_pinned.py::"
 FRAME = "tests/test_dask_submit.py::test_a_runs_blocks_go_to_the_scheduler_in_one_frame"
 DONE = "tests/test_dask_done.py::"
 PIECES = "tests/test_pieces.py::"
+PREFAULT = "tests/test_prefault.py::"
 
 MUTANTS = [
     {"name": "a block does not wait for the planes to be placed",
@@ -134,4 +135,29 @@ MUTANTS = [
      "new": "                done = self._tasks(pending, bound)\n                quiet = bound\n",
      "tests": [DONE + "test_a_run_returns_when_its_blocks_are_done_in_the_arena_not_when_their_tasks_report"],
      "timeout": 300},
+    {"name": "populate asks the kernel for nothing",
+     "path": "eagle/prefault.py",
+     "old": "    return hi > lo and madvise(lo, hi - lo, MADV_POPULATE_WRITE) == 0\n",
+     "new": "    return hi > lo\n",
+     "tests": [PREFAULT + "test_a_fresh_array_is_resident_after_populate_and_unchanged"], "timeout": 120},
+    {"name": "populate takes a read-only array too",
+     "path": "eagle/prefault.py",
+     "old": "not flags.writeable or ",
+     "new": "",
+     "tests": [PREFAULT + "test_arrays_it_must_leave_alone"], "timeout": 120},
+    {"name": "the host engine populates the planes it reads",
+     "path": "eagle/host.py",
+     "old": "        self.written = plugin.names(*OUTPUT_KINDS)",
+     "new": "        self.written = plugin.names(\"In\")",
+     "tests": [PREFAULT + "test_the_host_engine_populates_the_share_of_the_planes_it_writes"], "timeout": 120},
+    {"name": "the host engine populates whole planes, not the run's share",
+     "path": "eagle/host.py",
+     "old": "            populate(plane[self._rows(name, start, stop, po)] if name in self.plugin.sliceable else plane)",
+     "new": "            populate(plane)",
+     "tests": [PREFAULT + "test_the_host_engine_populates_the_share_of_the_planes_it_writes"], "timeout": 120},
+    {"name": "the shares copied back into the caller's planes are not populated first",
+     "path": "eagle_dask/shared_run.py",
+     "old": "                populate(target[a:b])               # a fresh plane's pages at once, not a fault each\n",
+     "new": "",
+     "tests": [ARENA + "test_the_shares_copied_back_are_populated_first"], "timeout": 120},
 ]
