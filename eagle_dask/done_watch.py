@@ -9,10 +9,12 @@ still ends as usual; the run holds its future (``eagle_dask.eager.Held``) and ne
 again.  A block that fails never says it is done: its task's error comes through the scheduler.
 
 While a block in the arena is pending the flags and the futures are polled.  A run like one
-before it (the same kernel, samples, scalar Params and number of blocks: ``kind``, ``TOOK``) waits on
-its tasks alone (distributed's wait: no polling) until ``EARLY`` of that run's time has passed,
-then polls every ``NEAR`` of it; a run of a new kind polls from the start, the pause growing with
+before it (the same kernel, samples, scalar Params and number of blocks: ``kind``) waits on its
+tasks alone (distributed's wait: no polling) until ``EARLY`` of the time the fastest of the last
+``LAST`` such runs took (``TOOK``) has passed, then polls every ``NEAR`` of it; a run of a new
+kind, or of a kind that took less than ``QUIET_FROM``, polls from the start, the pause growing with
 the time waited (``SHARE`` of it).  Pauses are at least ``FIRST_PAUSE`` and at most ``MAX_PAUSE``.
+Only arena runs are timed.
 With no block in the arena pending the wait is distributed's own (``distributed.wait``).
 """
 from __future__ import annotations
@@ -30,10 +32,15 @@ MAX_PAUSE = 0.01
 SHARE = 0.04
 EARLY = 0.85
 NEAR = 0.01
+#: seconds a run of the kind must have taken for the next to wait on its tasks first: a shorter one
+#: polls from the start (a few dozen looks), the way back from distributed's wait costing more
+QUIET_FROM = 0.02
 
 
-#: how long the last run of each kind took, from its blocks' submission to its last block done
+#: how long the last ``LAST`` runs of each kind took, from their blocks' submission to their last
+#: block done
 TOOK = Recent()
+LAST = 5
 
 
 def kind(plugin, n, params, blocks):
@@ -47,7 +54,9 @@ class DoneWatch:
     def __init__(self, shared, kind=None):
         self.shared, self.kind = shared, kind
         self.since = time.monotonic()               # its blocks went out
-        self.expected = TOOK.get(kind) if kind is not None else None
+        took = TOOK.get(kind) if kind is not None else None
+        fastest = min(took) if took else None          # of the last few: a slow one is noise
+        self.expected = fastest if fastest is not None and fastest >= QUIET_FROM else None
 
     def wait(self, pending, bound):
         """(the futures of ``pending`` -- {future: block} -- that are done, the blocks done in the
@@ -72,9 +81,12 @@ class DoneWatch:
             time.sleep(min(MAX_PAUSE, max(FIRST_PAUSE, share), deadline - now))
 
     def finished(self):
-        """The run's last block is done: its time kept for the next run of its kind."""
-        if self.kind is not None:
-            TOOK.put(self.kind, time.monotonic() - self.since)
+        """The run's last block is done: its time kept for the next run of its kind -- a run
+        through the arena only (one through fresh segments or the messages takes longer, and the
+        arena run after it would wait on its tasks alone for most of its time)."""
+        if self.kind is not None and self.shared.tells_done():
+            took = (TOOK.get(self.kind) or ())[-(LAST - 1):]
+            TOOK.put(self.kind, (*took, time.monotonic() - self.since))
 
     @staticmethod
     def _tasks(pending, bound):

@@ -19,7 +19,7 @@ pytest.importorskip("distributed")
 import eagle  # noqa: E402
 from eagle import In, Out  # noqa: E402
 from eagle import plan as eplan  # noqa: E402
-from eagle_dask import DaskPartition, eager  # noqa: E402
+from eagle_dask import DaskPartition, done_watch, eager  # noqa: E402
 from eagle_dask.shm import DONE  # noqa: E402
 from tests import kernels as K  # noqa: E402
 from tests.launch import local_client  # noqa: E402
@@ -57,6 +57,7 @@ def client():
 
 def test_a_run_returns_when_its_blocks_are_done_in_the_arena_not_when_their_tasks_report(client, monkeypatch):
     monkeypatch.setattr(eager, "POLL", 10 * LATE)       # no look at the scheduler's view comes first
+    monkeypatch.setattr(done_watch, "QUIET_FROM", 0.0)  # these short runs too wait on their tasks first
     name = "oscillator"
     plugin = eagle.deploy(K.CASES[name][0])
     p = eplan.plan(plugin, structure=DaskPartition.on(client, progress=False))
@@ -111,3 +112,40 @@ def test_a_block_that_fails_is_never_taken_for_done(client):
     y = np.full_like(x, 7.0)
     with pytest.raises(Exception, match="fails_late"):
         p.run(x=x, y=y)
+
+
+class _Shared:
+    def __init__(self, flags):
+        self.flags = flags
+
+    def tells_done(self):
+        return self.flags
+
+
+def test_only_arena_runs_are_timed_and_the_fastest_of_the_last_few_is_expected(monkeypatch):
+    """A run through fresh segments or the messages is not timed (the next arena run of its kind
+    would wait on its tasks for most of its time); of the last ``LAST`` arena runs the fastest is
+    what the next one expects; one faster than ``QUIET_FROM`` is expected by none."""
+    kind = ("test-kind", time.monotonic())
+    clock = [100.0]
+    monkeypatch.setattr(done_watch.time, "monotonic", lambda: clock[0])
+
+    def run(flags, seconds):
+        watch = done_watch.DoneWatch(_Shared(flags), kind)
+        clock[0] += seconds
+        watch.finished()
+        return watch
+
+    run(False, 5.0)
+    assert done_watch.TOOK.get(kind) is None, "a run without the arena's flags was timed"
+    for seconds in (0.9, 0.5, 0.7, 0.6, 0.8):
+        run(True, seconds)
+    assert done_watch.DoneWatch(_Shared(True), kind).expected == pytest.approx(0.5)
+    run(True, 0.95)                                     # the 0.9 s one drops out, 0.5 s stays the fastest
+    assert done_watch.DoneWatch(_Shared(True), kind).expected == pytest.approx(0.5)
+    for seconds in (0.7,) * done_watch.LAST:            # 0.5 s falls out of the last LAST
+        run(True, seconds)
+    assert done_watch.DoneWatch(_Shared(True), kind).expected == pytest.approx(0.7)
+    for seconds in (done_watch.QUIET_FROM / 2,) * done_watch.LAST:
+        run(True, seconds)
+    assert done_watch.DoneWatch(_Shared(True), kind).expected is None
