@@ -214,6 +214,12 @@ class ArenaRun:
             self.placing = False
             region_locks.placed(self.arena.fd, 8 * self.slot, 8)
 
+    def unlocked(self, offset, size) -> bool:
+        """Whether no block holds a lock on the arena's bytes ``[offset, offset + size)`` now
+        (asked through the driver's descriptor, never waiting: ``region_locks.unlocked``)."""
+        free, _ = region_locks.unlocked(self.arena.fd, [(offset, size)])
+        return bool(free)
+
     def put(self, shape, dtype, data=None):
         dtype = np.dtype(dtype)
         at, size = self.offsets[self.taken], self.sizes[self.taken]

@@ -33,7 +33,7 @@ import numpy as np
 from eagle.prefault import populate
 from eagle.rows import n_rows, row_span
 
-from . import arena, region_locks
+from . import arena
 from .shm import DONE, LocalWorkers, Segments, SharedPlanes, host_id
 
 
@@ -164,8 +164,7 @@ class SharedRun:
         if self.started is None or self.started[1][start] != DONE:
             return False
         (ref, _), _ = self.started
-        free, _ = region_locks.unlocked(self.segments.arena.fd, [(ref.offset + start, 1)])
-        return bool(free)
+        return self.segments.unlocked(ref.offset + start, 1)
 
     def rows_of(self, start, stop):
         """The row partials a finished block of samples ``[start, stop)`` wrote (copies)."""
