@@ -44,6 +44,7 @@ be running and writing into its share of the run's regions (``_transport``).
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import threading
 import time
@@ -53,6 +54,7 @@ from concurrent.futures import CancelledError
 import numpy as np
 
 from eagle.bind import is_array
+from eagle.prefault import populate_soon
 from eagle.roles import OUTPUT_KINDS, TABLE
 from eagle.rows import split
 
@@ -74,6 +76,10 @@ HOLD = 0.25
 #: structure's timeout), and the fetches a run tries before it gives up
 GATHER = 2.0
 GATHERS = 12
+#: seconds the driver waits, once every block has finished, for the pages of the caller's output
+#: planes it asked for while placing the inputs (``eagle.prefault.populate_soon``); past it the
+#: results are written anyway, faulting the pages that are left
+PAGES = 1.0
 #: times a block stuck on the address of a dead worker is resubmitted before the run gives up
 RESUBMITS = 2
 #: bytes per second below which a block's share is taken for stalled on its way: a send to one
@@ -166,6 +172,7 @@ class EagerRun:
         self.whole = {k: v for k, v in arrays.items() if k not in sliceable and k not in self.tables}
         self.sliced = {k: v for k, v in arrays.items() if k in sliceable}
         self.rows_of = [None] * len(parts)
+        self.outs = {}
         self.blocks = [_Block(r, p) for r, p in enumerate(parts) if p.count]
         if not self.blocks:
             return rows_by_cell(plugin, self.rows_of)
@@ -185,8 +192,12 @@ class EagerRun:
                 self.bar = show_progress(client, self.tag, self.name, n, {b.rank: b.part.count for b in self.blocks})
             self._send_tables()
             self._submit_together([(b, self.table[b.rank].address) for b in self.blocks], release_held=True)
+            pages = populate_soon(v for k, v in bound.values.items()       # on a second thread, meanwhile
+                                  if k in bound.outputs and isinstance(v, np.ndarray))
             self.shared.place()                 # while the blocks travel; they wait for it to read
             self._supervise()
+            concurrent.futures.wait([pages], timeout=PAGES)
+            self._write()                       # every block finished: only now into the caller's planes
             self.shared.finish([(b.part.base, b.part.stop) for b in self.blocks if b.shared],
                                twice=any(b.attempts for b in self.blocks))      # (see ``SharedRun.close``)
         except BaseException:
@@ -316,12 +327,19 @@ class EagerRun:
         return again
 
     def _done(self, b, out, rows):
-        """A finished block: its output blocks written at its offset, its row partials kept."""
-        for name, block in out.items():
-            self.bound.values[name][b.part.base:b.part.stop] = block
+        """A finished block: its output blocks and row partials kept (``_write`` writes them)."""
+        self.outs[b.rank] = (b.part, out)
         self.rows_of[b.rank] = rows
         if self.bar is not None:
             self.bar.finished(b.rank)
+
+    def _write(self):
+        """The output blocks that came as messages written at their offsets, once every block has
+        finished: a run that raises leaves the caller's planes as they were, as the shared-memory
+        blocks' ``SharedRun.finish`` does."""
+        for part, out in self.outs.values():
+            for name, block in out.items():
+                self.bound.values[name][part.base:part.stop] = block
 
     def left(self):
         """The ranks whose blocks have not come back."""

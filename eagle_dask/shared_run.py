@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from eagle.prefault import populate
 from eagle.rows import n_rows, row_span
 
 from . import arena
@@ -177,8 +176,7 @@ class SharedRun:
         retires the arena)."""
         for name, view in self.views.items():
             target = self.bound.values[name]
-            for a, b in parts:
-                populate(target[a:b])               # a fresh plane's pages at once, not a fault each
+            for a, b in parts:                      # its pages asked for meanwhile (``EagerRun``)
                 target[a:b] = view[a:b]
         self.clean = not twice
 

@@ -42,6 +42,7 @@ from eagle.errors import with_place
 from eagle.host import MIN_CHUNK, host_entry, num_threads, thread_budget
 from eagle.local import DeviceKernel, HostTeam
 from eagle.plugin import Plugin
+from eagle.prefault import populate
 from eagle.roles import OUTPUT_KINDS
 from eagle.rows import ROW, fold
 
@@ -289,7 +290,12 @@ def _on_device(v) -> bool:
 
 def _copy(v):
     """A C-contiguous copy of a plane, where it lies (numpy, or CuPy on its device)."""
-    return v.copy() if _on_device(v) else np.array(v, copy=True, order="C")
+    if _on_device(v):
+        return v.copy()
+    out = np.empty(v.shape, v.dtype)          # C order; its pages faulted in at once, then filled
+    populate(out)
+    np.copyto(out, v)
+    return out
 
 
 def _device_zeros(shape, dtype, device):

@@ -603,17 +603,22 @@ def test_results_are_not_views_of_the_arena(client, name):
     assert K.same_bits(kept, first), f"{name}: a result changed under a later run"
 
 
-def test_the_shares_copied_back_are_populated_first(monkeypatch):
-    """``finish`` asks for the pages of each share of the caller's planes at once before it copies
-    into them (``eagle.prefault``): a fresh ``np.zeros`` plane is not faulted in page by page."""
-    import eagle_dask.shared_run as shared_run
-    asked = []
-    monkeypatch.setattr(shared_run, "populate", lambda a: asked.append((a.ctypes.data, a.nbytes)) or True)
-    n = 96
-    run, _, d = _oscillator_run(n, 7)
-    try:
-        run.finish([(0, 64), (64, n)])
-    finally:
-        run.close()
-    want = {(d[k][a:b].ctypes.data, d[k][a:b].nbytes) for k in ("x", "v") for a, b in ((0, 64), (64, n))}
-    assert set(asked) == want
+def test_the_callers_output_planes_are_populated_while_the_inputs_are_placed(client, monkeypatch):
+    """The driver asks for the pages of the caller's output planes (``x``, ``v``; not ``omega``)
+    on a helper thread before it copies the inputs into the arena (``eagle.prefault``), so the
+    copy back finds them there; and the run's bits are numpy's."""
+    import eagle_dask.eager as eager
+    from eagle.prefault import populate_soon
+    events = []
+    monkeypatch.setattr(eager, "populate_soon", lambda arrays: events.append(("pages", list(arrays))) or
+                        populate_soon([]))
+    place = SharedRun.place
+    monkeypatch.setattr(SharedRun, "place", lambda self: events.append(("place",)) or place(self))
+    n = 3001
+    d = {"omega": np.linspace(0.5, 2.0, n), "dt": 1e-3, "steps": 40, "x": np.ones(n), "v": np.zeros(n)}
+    ref = K.oscillator_numpy(d)
+    out = eplan.plan(oscillator, structure=on(client, 2)).run(**d)
+    assert [e[0] for e in events] == ["pages", "place"], events
+    asked = events[0][1]
+    assert len(asked) == 2 and asked[0] is d["x"] and asked[1] is d["v"], "not exactly the caller's output planes"
+    assert K.same_bits(ref, K.as_dict(eagle.deploy(oscillator), out))

@@ -5,6 +5,8 @@
 * a block that crashes every worker that runs it: a ``RuntimeError`` naming kernel and rank;
 * the client closed, or the run's futures cancelled, mid-run: eagle's ``RuntimeError`` naming
   the kernel, not distributed's bare ``FuturesCancelledError``;
+* a kernel that raises in one block leaves the caller's planes as they were, although another
+  block finished first (on both transports);
 * Ctrl-C in the driver cancels the run's tasks: the next run is not slowed by abandoned blocks;
 * ``local_cluster`` and ``DaskPartition.on`` refuse bad arguments, saying what is allowed.
 
@@ -26,7 +28,7 @@ pytest.importorskip("distributed")
 import eagle  # noqa: E402
 import eagle.exec as eexec  # noqa: E402
 import eagle_dask  # noqa: E402
-from eagle import In, Out, Param  # noqa: E402
+from eagle import In, Mutable, Out, Param  # noqa: E402
 from eagle import plan as eplan  # noqa: E402
 from eagle.models import oscillator  # noqa: E402
 from distributed.diagnostics.plugin import WorkerPlugin  # noqa: E402
@@ -41,6 +43,18 @@ ring_mean = K.slow_neighbours            # reads other samples: its input travel
 @eagle.kernel
 def crash_me(i, x: In, y: Out):
     y[i] = x[i]
+
+
+@eagle.kernel
+def fails_at(i, work: In, bad: Param, x: Mutable, y: Out):
+    """Adds one to ``x`` and writes ``y``; sample ``bad`` reads ``work`` far out of range, after
+    ``work[i]`` iterations of a loop: a block can be made to fail late."""
+    s = 0.0
+    for k in range(int(work[i])):
+        s += 1e-12 * k
+    j = i + 10**9 if i == bad else i
+    x[i] = x[i] + 1.0 + 0.0 * s
+    y[i] = work[j] * 0.0 + 2.0
 
 
 class CrashOn(WorkerPlugin):
@@ -125,6 +139,28 @@ def test_every_worker_lost_and_restarted_gives_same_bits(case, transport, monkey
         assert not th.is_alive(), "the run hung after every worker was restarted"
         assert "error" not in box, repr(box.get("error"))
         assert K.same_bits(ref, K.as_dict(plugin, box["out"]))
+
+
+@pytest.mark.parametrize("transport", ["shared memory", "messages"])
+def test_a_kernel_error_in_one_block_leaves_the_callers_planes_as_they_were(transport, monkeypatch):
+    """The last block raises after about a second, long after the first block has finished and
+    been fetched: the run raises the kernel's IndexError, and neither the caller's Mutable nor
+    its Out holds a byte of the first block's results (messages wrote them at once, before)."""
+    if transport == "messages":
+        monkeypatch.setenv("EAGLE_DASK_SHM", "0")
+    n = 1000
+    work = np.zeros(n)
+    work[n - 100:] = 3e6                     # the last block's last 100 samples: ~1 s of loop
+    x, y = np.arange(n, dtype=np.float64), np.full(n, -1.0)
+    x0, y0 = x.copy(), y.copy()
+    with eagle_dask.local_cluster(n_workers=2) as client:
+        client.wait_for_workers(2, timeout=120)
+        p = eplan.plan(fails_at, structure=DaskPartition.on(client, progress=False, timeout=60))
+        p.run(work=np.zeros(n), bad=-1, x=np.zeros(n), y=np.zeros(n))           # compiled on both workers
+        with pytest.raises(IndexError, match=r"plane 'work'.*kernel 'fails_at'"):
+            p.run(work=work, bad=n - 1, x=x, y=y)
+    assert x.tobytes() == x0.tobytes(), f"the caller's Mutable changed: {int((x != x0).sum())} samples"
+    assert y.tobytes() == y0.tobytes(), f"the caller's Out changed: {int((y != y0).sum())} samples"
 
 
 def test_block_crashing_every_worker_is_given_up_in_bounded_time():

@@ -1,11 +1,12 @@
 """Pages faulted in before they are written (``eagle.prefault``): the memory is there after
 ``populate`` (the process's resident size grows by the array), the contents are unchanged, the
-arrays it must leave alone are left alone; the host engine asks for the share of each plane a run
+arrays it must leave alone are left alone, ``populate_soon`` does it on a helper thread; the host engine asks for the share of each plane a run
 writes, and only those.
 """
 from __future__ import annotations
 
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import pytest
 import eagle
 import eagle.exec as eexec
 import eagle.host as host
+import eagle.prefault as prefault
 from eagle import plan as eplan
 from eagle.models import oscillator
 from eagle.prefault import MIN_BYTES, populate
@@ -40,6 +42,25 @@ def test_a_fresh_array_is_resident_after_populate_and_unchanged():
     copy = data.copy()
     assert populate(data)
     assert np.array_equal(data.view(np.uint8), copy.view(np.uint8))
+
+
+@linux
+@pytest.mark.skipif(not _kernel_has_populate(), reason="MADV_POPULATE_WRITE needs Linux 5.14")
+def test_populate_soon_faults_the_pages_in_on_another_thread():
+    size = 32 << 20
+    fresh = [np.zeros(size // 8), np.zeros(size // 8)]
+    left = np.zeros(MIN_BYTES // 8 - 1)                       # too small: left alone, not counted
+    threads = []
+    real = prefault.populate
+    seen = lambda a: threads.append(threading.get_ident()) or real(a)  # noqa: E731
+    before = psutil.Process().memory_info().rss
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(prefault, "populate", seen)
+        assert prefault.populate_soon(iter(fresh + [left])).result(timeout=30) == 2
+    grew = psutil.Process().memory_info().rss - before
+    assert grew > 0.9 * 2 * size, f"resident size grew by {grew} bytes, not about {2 * size}"
+    assert len(threads) == 3 and threading.get_ident() not in threads, "not on a helper thread"
+    assert not fresh[0].any() and not fresh[1].any() and not left.any()
 
 
 @pytest.mark.parametrize("what", ["small", "read-only", "strided"])
@@ -78,3 +99,16 @@ def test_a_run_on_fresh_planes_has_numpys_bits():
     want = K.oscillator_numpy({k: (np.copy(v) if isinstance(v, np.ndarray) else v) for k, v in d.items()})
     got = K.as_dict(eagle.deploy(oscillator), eplan.plan(oscillator, structure=eexec.HostTeam).run(**d))
     assert K.same_bits(want, got)
+
+
+def test_a_lazy_blocks_copy_of_an_output_plane_is_populated_then_filled(monkeypatch):
+    """A lazy block copies every plane it writes (its chunks may be read again): the copy's pages
+    are asked for at once, before it is filled, and it holds the chunk's bytes."""
+    import eagle_dask.task as task
+    asked = []
+    chunk = np.random.default_rng(4).uniform(size=MIN_BYTES // 8 * 3)
+    monkeypatch.setattr(task, "populate", lambda a: asked.append((a.ctypes.data, a.nbytes,
+                                                                  a.tobytes() == chunk.tobytes())) or True)
+    copy = task._copy(chunk)
+    assert copy.tobytes() == chunk.tobytes() and copy.ctypes.data != chunk.ctypes.data
+    assert asked == [(copy.ctypes.data, copy.nbytes, False)], "not populated before it was filled"

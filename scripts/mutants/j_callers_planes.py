@@ -1,0 +1,46 @@
+"""Mutants of what a numpy-mode run does to the caller's planes: written only once every block has
+finished (a run that raises leaves them as they were), their pages asked for on a helper thread
+while the inputs are placed; and a lazy block's copies of the planes it writes, populated first."""
+
+FAULTS = "tests/test_dask_faults.py::test_a_kernel_error_in_one_block_leaves_the_callers_planes_as_they_were"
+PAGES = "tests/test_dask_arena.py::test_the_callers_output_planes_are_populated_while_the_inputs_are_placed"
+PREFAULT = "tests/test_prefault.py::"
+
+MUTANTS = [
+    {"name": "a block that came as a message written into the caller's planes at once",
+     "path": "eagle_dask/eager.py",
+     "old": "        self.outs[b.rank] = (b.part, out)\n",
+     "new": "        self.outs[b.rank] = (b.part, out)\n        for name, block in out.items():\n"
+            "            self.bound.values[name][b.part.base:b.part.stop] = block\n",
+     "tests": [FAULTS + "[messages]"], "timeout": 300},
+    {"name": "the blocks' messages never written into the caller's planes",
+     "path": "eagle_dask/eager.py",
+     "old": "            self._write()                       # every block finished",
+     "new": "            pass                                # every block finished",
+     "tests": ["tests/test_dask_shm.py::test_shared_memory_off_takes_the_messages"], "timeout": 300},
+    {"name": "the pages of the inputs asked for, not the outputs'",
+     "path": "eagle_dask/eager.py",
+     "old": "                                  if k in bound.outputs and isinstance(v, np.ndarray))",
+     "new": "                                  if k not in bound.outputs and isinstance(v, np.ndarray))",
+     "tests": [PAGES], "timeout": 300},
+    {"name": "the pages asked for after the inputs are placed",
+     "path": "eagle_dask/eager.py",
+     "old": "            pages = populate_soon(v for k, v in bound.values.items()       # on a second thread, meanwhile\n"
+            "                                  if k in bound.outputs and isinstance(v, np.ndarray))\n"
+            "            self.shared.place()                 # while the blocks travel; they wait for it to read\n",
+     "new": "            self.shared.place()                 # while the blocks travel; they wait for it to read\n"
+            "            pages = populate_soon(v for k, v in bound.values.items()       # on a second thread, meanwhile\n"
+            "                                  if k in bound.outputs and isinstance(v, np.ndarray))\n",
+     "tests": [PAGES], "timeout": 300},
+    {"name": "populate_soon on the caller's thread",
+     "path": "eagle/prefault.py",
+     "old": "    return _helper.submit(lambda: sum(bool(populate(a)) for a in arrays))",
+     "new": "    done = concurrent.futures.Future()\n    done.set_result(sum(bool(populate(a)) for a in arrays))\n"
+            "    return done",
+     "tests": [PREFAULT + "test_populate_soon_faults_the_pages_in_on_another_thread"], "timeout": 120},
+    {"name": "a lazy block's copy filled before its pages are asked for",
+     "path": "eagle_dask/task.py",
+     "old": "    populate(out)\n    np.copyto(out, v)",
+     "new": "    np.copyto(out, v)\n    populate(out)",
+     "tests": [PREFAULT + "test_a_lazy_blocks_copy_of_an_output_plane_is_populated_then_filled"], "timeout": 120},
+]
