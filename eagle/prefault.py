@@ -6,7 +6,7 @@ page costs a page fault, and on a virtual machine each one is dear -- copying 8 
 ``populate`` asks the kernel for all of an array's pages at once (``madvise`` with
 ``MADV_POPULATE_WRITE``, Linux 5.14 and later): 0.12 ms for the same 8 MB, the contents unchanged.
 
-``populate_soon`` does it on a helper thread while the caller goes on: a Dask run's driver asks for
+``populate_soon`` does it on the helper thread (``eagle.helper``) while the caller goes on: a Dask run's driver asks for
 the pages of the caller's output planes while it copies the inputs into shared memory, so that
 copying the results back later finds them there.
 
@@ -20,7 +20,8 @@ import concurrent.futures
 import ctypes
 import mmap
 import sys
-import threading
+
+from .helper import soon
 
 #: ``MADV_POPULATE_WRITE`` (Linux uapi ``asm-generic/mman-common.h``)
 MADV_POPULATE_WRITE = 23
@@ -29,8 +30,6 @@ MIN_BYTES = 1 << 20
 
 _PAGE = mmap.PAGESIZE
 _madvise = None
-_helper = None
-_helper_lock = threading.Lock()
 
 
 def _libc_madvise():
@@ -63,13 +62,9 @@ def populate(array) -> bool:
 
 
 def populate_soon(arrays) -> concurrent.futures.Future:
-    """``populate`` each of ``arrays`` on a helper thread (one per process, made at the first
-    call); returns at once with a Future of how many it populated.  The helper holds the arrays
-    until it is done, and changes no byte of them: waiting for the Future is only worth it to
-    keep two threads from faulting the same pages."""
-    global _helper
+    """``populate`` each of ``arrays`` on the helper thread (``eagle.helper``); returns at once
+    with a Future of how many it populated.  The helper holds the arrays until it is done, and
+    changes no byte of them: waiting for the Future is only worth it to keep two threads from
+    faulting the same pages."""
     arrays = list(arrays)
-    with _helper_lock:
-        if _helper is None:
-            _helper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="eagle-prefault")
-    return _helper.submit(lambda: sum(bool(populate(a)) for a in arrays))
+    return soon(lambda: sum(bool(populate(a)) for a in arrays))

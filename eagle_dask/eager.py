@@ -77,7 +77,7 @@ HOLD = 0.25
 GATHER = 2.0
 GATHERS = 12
 #: seconds the driver waits, once every block has finished, for the pages of the caller's output
-#: planes it asked for while placing the inputs (``eagle.prefault.populate_soon``); past it the
+#: planes it asked for once the inputs were placed (``eagle.prefault.populate_soon``); past it the
 #: results are written anyway, faulting the pages that are left
 PAGES = 1.0
 #: times a block stuck on the address of a dead worker is resubmitted before the run gives up
@@ -192,9 +192,9 @@ class EagerRun:
                 self.bar = show_progress(client, self.tag, self.name, n, {b.rank: b.part.count for b in self.blocks})
             self._send_tables()
             self._submit_together([(b, self.table[b.rank].address) for b in self.blocks], release_held=True)
-            pages = populate_soon(v for k, v in bound.values.items()       # on a second thread, meanwhile
-                                  if k in bound.outputs and isinstance(v, np.ndarray))
             self.shared.place()                 # while the blocks travel; they wait for it to read
+            pages = populate_soon(v for k, v in bound.values.items()       # on the helper, while they run
+                                  if k in bound.outputs and isinstance(v, np.ndarray))
             self._supervise()
             concurrent.futures.wait([pages], timeout=PAGES)
             self._write()                       # every block finished: only now into the caller's planes

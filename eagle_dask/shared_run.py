@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from eagle.helper import copy_split
 from eagle.rows import n_rows, row_span
 
 from . import arena
@@ -123,8 +124,7 @@ class SharedRun:
         submitted the blocks, which wait for it: the copy and their way to the workers overlap."""
         self.place_later = False     # planes made after this (a block sent later) are placed at once
         copies, self.pending = self.pending, []
-        for view, data in copies:
-            np.copyto(view, data)
+        copy_split(copies)                  # on two threads: the blocks are waiting
         if isinstance(self.segments, arena.ArenaRun):
             self.segments.placed()
 
@@ -174,10 +174,8 @@ class SharedRun:
         """Copy the shares ``parts`` ([(start, stop)]) written in shared memory into the caller's
         planes and the fresh ``Out``s.  ``twice``: a block of the run ran again (``close`` then
         retires the arena)."""
-        for name, view in self.views.items():
-            target = self.bound.values[name]
-            for a, b in parts:                      # its pages asked for meanwhile (``EagerRun``)
-                target[a:b] = view[a:b]
+        copy_split((self.bound.values[name][a:b], view[a:b])   # its pages asked for meanwhile (``EagerRun``)
+                   for name, view in self.views.items() for a, b in parts)
         self.clean = not twice
 
     def close(self):

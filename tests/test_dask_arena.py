@@ -603,22 +603,23 @@ def test_results_are_not_views_of_the_arena(client, name):
     assert K.same_bits(kept, first), f"{name}: a result changed under a later run"
 
 
-def test_the_callers_output_planes_are_populated_while_the_inputs_are_placed(client, monkeypatch):
-    """The driver asks for the pages of the caller's output planes (``x``, ``v``; not ``omega``)
-    on a helper thread before it copies the inputs into the arena (``eagle.prefault``), so the
-    copy back finds them there; and the run's bits are numpy's."""
+def test_the_callers_output_planes_are_populated_while_the_blocks_run(client, monkeypatch):
+    """Once it has placed the inputs, and before it waits for the blocks, the driver asks for the
+    pages of the caller's output planes (``x``, ``v``; not ``omega``) on its helper thread
+    (``eagle.prefault``), so the copy back finds them there; and the run's bits are numpy's."""
     import eagle_dask.eager as eager
     from eagle.prefault import populate_soon
     events = []
     monkeypatch.setattr(eager, "populate_soon", lambda arrays: events.append(("pages", list(arrays))) or
                         populate_soon([]))
-    place = SharedRun.place
+    place, supervise = SharedRun.place, eager.EagerRun._supervise
     monkeypatch.setattr(SharedRun, "place", lambda self: events.append(("place",)) or place(self))
+    monkeypatch.setattr(eager.EagerRun, "_supervise", lambda self: events.append(("wait",)) or supervise(self))
     n = 3001
     d = {"omega": np.linspace(0.5, 2.0, n), "dt": 1e-3, "steps": 40, "x": np.ones(n), "v": np.zeros(n)}
     ref = K.oscillator_numpy(d)
     out = eplan.plan(oscillator, structure=on(client, 2)).run(**d)
-    assert [e[0] for e in events] == ["pages", "place"], events
-    asked = events[0][1]
+    assert [e[0] for e in events] == ["place", "pages", "wait"], events
+    asked = events[1][1]
     assert len(asked) == 2 and asked[0] is d["x"] and asked[1] is d["v"], "not exactly the caller's output planes"
     assert K.same_bits(ref, K.as_dict(eagle.deploy(oscillator), out))

@@ -1,10 +1,12 @@
 """Mutants of what a numpy-mode run does to the caller's planes: written only once every block has
 finished (a run that raises leaves them as they were), their pages asked for on a helper thread
-while the inputs are placed; and a lazy block's copies of the planes it writes, populated first."""
+while the inputs are placed; and a lazy block's copies of the planes it writes, populated first; the driver's copies cut in two
+between its thread and the helper's (``eagle.helper``)."""
 
 FAULTS = "tests/test_dask_faults.py::test_a_kernel_error_in_one_block_leaves_the_callers_planes_as_they_were"
-PAGES = "tests/test_dask_arena.py::test_the_callers_output_planes_are_populated_while_the_inputs_are_placed"
+PAGES = "tests/test_dask_arena.py::test_the_callers_output_planes_are_populated_while_the_blocks_run"
 PREFAULT = "tests/test_prefault.py::"
+HELPER = "tests/test_helper.py"
 
 MUTANTS = [
     {"name": "a block that came as a message written into the caller's planes at once",
@@ -23,18 +25,18 @@ MUTANTS = [
      "old": "                                  if k in bound.outputs and isinstance(v, np.ndarray))",
      "new": "                                  if k not in bound.outputs and isinstance(v, np.ndarray))",
      "tests": [PAGES], "timeout": 300},
-    {"name": "the pages asked for after the inputs are placed",
+    {"name": "the pages asked for once the blocks have finished",
      "path": "eagle_dask/eager.py",
-     "old": "            pages = populate_soon(v for k, v in bound.values.items()       # on a second thread, meanwhile\n"
+     "old": "            pages = populate_soon(v for k, v in bound.values.items()       # on the helper, while they run\n"
             "                                  if k in bound.outputs and isinstance(v, np.ndarray))\n"
-            "            self.shared.place()                 # while the blocks travel; they wait for it to read\n",
-     "new": "            self.shared.place()                 # while the blocks travel; they wait for it to read\n"
-            "            pages = populate_soon(v for k, v in bound.values.items()       # on a second thread, meanwhile\n"
+            "            self._supervise()\n",
+     "new": "            self._supervise()\n"
+            "            pages = populate_soon(v for k, v in bound.values.items()       # on the helper, while they run\n"
             "                                  if k in bound.outputs and isinstance(v, np.ndarray))\n",
      "tests": [PAGES], "timeout": 300},
     {"name": "populate_soon on the caller's thread",
      "path": "eagle/prefault.py",
-     "old": "    return _helper.submit(lambda: sum(bool(populate(a)) for a in arrays))",
+     "old": "    return soon(lambda: sum(bool(populate(a)) for a in arrays))",
      "new": "    done = concurrent.futures.Future()\n    done.set_result(sum(bool(populate(a)) for a in arrays))\n"
             "    return done",
      "tests": [PREFAULT + "test_populate_soon_faults_the_pages_in_on_another_thread"], "timeout": 120},
@@ -43,4 +45,34 @@ MUTANTS = [
      "old": "    populate(out)\n    np.copyto(out, v)",
      "new": "    np.copyto(out, v)\n    populate(out)",
      "tests": [PREFAULT + "test_a_lazy_blocks_copy_of_an_output_plane_is_populated_then_filled"], "timeout": 120},
+    {"name": "the helper's half never copied",
+     "path": "eagle/helper.py",
+     "old": "    fut = soon(lambda: _copy(first))",
+     "new": "    fut = soon(lambda: None)",
+     "tests": [HELPER], "timeout": 120},
+    {"name": "a busy helper's half left to it",
+     "path": "eagle/helper.py",
+     "old": "    if fut.cancel():\n        _copy(first)\n    else:\n        _wait(fut, bound)",
+     "new": "    _wait(fut, bound)",
+     "tests": [HELPER], "timeout": 120},
+    {"name": "a busy helper's half taken back and not copied",
+     "path": "eagle/helper.py",
+     "old": "    if fut.cancel():\n        _copy(first)\n",
+     "new": "    if fut.cancel():\n        pass\n",
+     "tests": [HELPER], "timeout": 120},
+    {"name": "the helper's half not waited for when the caller's raised",
+     "path": "eagle/helper.py",
+     "old": "        if not fut.cancel():\n            concurrent.futures.wait([fut], timeout=bound)\n        raise",
+     "new": "        raise",
+     "tests": [HELPER], "timeout": 120},
+    {"name": "the helper's error dropped",
+     "path": "eagle/helper.py",
+     "old": "            \"swapping, or was stopped)\")\n    fut.result()",
+     "new": "            \"swapping, or was stopped)\")",
+     "tests": [HELPER], "timeout": 120},
+    {"name": "the driver's copies on its own thread alone",
+     "path": "eagle/helper.py",
+     "old": "    if sum(int(dst.nbytes) for dst, _ in pairs) < SPLIT_FROM:",
+     "new": "    if True:",
+     "tests": [HELPER], "timeout": 120},
 ]
