@@ -6,7 +6,7 @@ page costs a page fault, and on a virtual machine each one is dear -- copying 8 
 ``populate`` asks the kernel for all of an array's pages at once (``madvise`` with
 ``MADV_POPULATE_WRITE``, Linux 5.14 and later): 0.12 ms for the same 8 MB, the contents unchanged.
 
-``populate_soon`` does it on the helper thread (``eagle.helper``) while the caller goes on: a Dask run's driver asks for
+``populate_soon`` does it on the memory thread (``eagle.memory_thread``) while the caller goes on: a Dask run's driver asks for
 the pages of the caller's output planes while it copies the inputs into shared memory, so that
 copying the results back later finds them there.
 
@@ -21,7 +21,7 @@ import ctypes
 import mmap
 import sys
 
-from .helper import soon
+from .memory_thread import soon
 
 #: ``MADV_POPULATE_WRITE`` (Linux uapi ``asm-generic/mman-common.h``)
 MADV_POPULATE_WRITE = 23
@@ -62,8 +62,8 @@ def populate(array) -> bool:
 
 
 def populate_soon(arrays) -> concurrent.futures.Future:
-    """``populate`` each of ``arrays`` on the helper thread (``eagle.helper``); returns at once
-    with a Future of how many it populated.  The helper holds the arrays until it is done, and
+    """``populate`` each of ``arrays`` on the memory thread (``eagle.memory_thread``); returns at once
+    with a Future of how many it populated.  The memory thread holds the arrays until it is done, and
     changes no byte of them: waiting for the Future is only worth it to keep two threads from
     faulting the same pages."""
     arrays = list(arrays)

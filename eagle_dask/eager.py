@@ -193,7 +193,7 @@ class EagerRun:
             self._send_tables()
             self._submit_together([(b, self.table[b.rank].address) for b in self.blocks], release_held=True)
             self.shared.place()                 # while the blocks travel; they wait for it to read
-            pages = populate_soon(v for k, v in bound.values.items()       # on the helper, while they run
+            pages = populate_soon(v for k, v in bound.values.items()       # on the memory thread, as they run
                                   if k in bound.outputs and isinstance(v, np.ndarray))
             self._supervise()
             concurrent.futures.wait([pages], timeout=PAGES)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eagle.helper import copy_split
+from eagle.memory_thread import copy_split
 from eagle.rows import n_rows, row_span
 
 from . import arena

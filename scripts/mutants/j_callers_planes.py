@@ -1,12 +1,12 @@
 """Mutants of what a numpy-mode run does to the caller's planes: written only once every block has
-finished (a run that raises leaves them as they were), their pages asked for on a helper thread
+finished (a run that raises leaves them as they were), their pages asked for on the memory thread
 while the inputs are placed; and a lazy block's copies of the planes it writes, populated first; the driver's copies cut in two
-between its thread and the helper's (``eagle.helper``)."""
+between its thread and a second one (``eagle.memory_thread``)."""
 
 FAULTS = "tests/test_dask_faults.py::test_a_kernel_error_in_one_block_leaves_the_callers_planes_as_they_were"
 PAGES = "tests/test_dask_arena.py::test_the_callers_output_planes_are_populated_while_the_blocks_run"
 PREFAULT = "tests/test_prefault.py::"
-HELPER = "tests/test_helper.py"
+MEMORY_THREAD = "tests/test_memory_thread.py"
 
 MUTANTS = [
     {"name": "a block that came as a message written into the caller's planes at once",
@@ -27,11 +27,11 @@ MUTANTS = [
      "tests": [PAGES], "timeout": 300},
     {"name": "the pages asked for once the blocks have finished",
      "path": "eagle_dask/eager.py",
-     "old": "            pages = populate_soon(v for k, v in bound.values.items()       # on the helper, while they run\n"
+     "old": "            pages = populate_soon(v for k, v in bound.values.items()       # on the memory thread, as they run\n"
             "                                  if k in bound.outputs and isinstance(v, np.ndarray))\n"
             "            self._supervise()\n",
      "new": "            self._supervise()\n"
-            "            pages = populate_soon(v for k, v in bound.values.items()       # on the helper, while they run\n"
+            "            pages = populate_soon(v for k, v in bound.values.items()       # on the memory thread, as they run\n"
             "                                  if k in bound.outputs and isinstance(v, np.ndarray))\n",
      "tests": [PAGES], "timeout": 300},
     {"name": "populate_soon on the caller's thread",
@@ -45,34 +45,34 @@ MUTANTS = [
      "old": "    populate(out)\n    np.copyto(out, v)",
      "new": "    np.copyto(out, v)\n    populate(out)",
      "tests": [PREFAULT + "test_a_lazy_blocks_copy_of_an_output_plane_is_populated_then_filled"], "timeout": 120},
-    {"name": "the helper's half never copied",
-     "path": "eagle/helper.py",
+    {"name": "the memory thread's half never copied",
+     "path": "eagle/memory_thread.py",
      "old": "    fut = soon(lambda: _copy(first))",
      "new": "    fut = soon(lambda: None)",
-     "tests": [HELPER], "timeout": 120},
-    {"name": "a busy helper's half left to it",
-     "path": "eagle/helper.py",
+     "tests": [MEMORY_THREAD], "timeout": 120},
+    {"name": "a busy memory thread's half left to it",
+     "path": "eagle/memory_thread.py",
      "old": "    if fut.cancel():\n        _copy(first)\n    else:\n        _wait(fut, bound)",
      "new": "    _wait(fut, bound)",
-     "tests": [HELPER], "timeout": 120},
-    {"name": "a busy helper's half taken back and not copied",
-     "path": "eagle/helper.py",
+     "tests": [MEMORY_THREAD], "timeout": 120},
+    {"name": "a busy memory thread's half taken back and not copied",
+     "path": "eagle/memory_thread.py",
      "old": "    if fut.cancel():\n        _copy(first)\n",
      "new": "    if fut.cancel():\n        pass\n",
-     "tests": [HELPER], "timeout": 120},
-    {"name": "the helper's half not waited for when the caller's raised",
-     "path": "eagle/helper.py",
+     "tests": [MEMORY_THREAD], "timeout": 120},
+    {"name": "the memory thread's half not waited for when the caller's raised",
+     "path": "eagle/memory_thread.py",
      "old": "        if not fut.cancel():\n            concurrent.futures.wait([fut], timeout=bound)\n        raise",
      "new": "        raise",
-     "tests": [HELPER], "timeout": 120},
-    {"name": "the helper's error dropped",
-     "path": "eagle/helper.py",
+     "tests": [MEMORY_THREAD], "timeout": 120},
+    {"name": "the memory thread's error dropped",
+     "path": "eagle/memory_thread.py",
      "old": "            \"swapping, or was stopped)\")\n    fut.result()",
      "new": "            \"swapping, or was stopped)\")",
-     "tests": [HELPER], "timeout": 120},
+     "tests": [MEMORY_THREAD], "timeout": 120},
     {"name": "the driver's copies on its own thread alone",
-     "path": "eagle/helper.py",
+     "path": "eagle/memory_thread.py",
      "old": "    if sum(int(dst.nbytes) for dst, _ in pairs) < SPLIT_FROM:",
      "new": "    if True:",
-     "tests": [HELPER], "timeout": 120},
+     "tests": [MEMORY_THREAD], "timeout": 120},
 ]

@@ -2,12 +2,12 @@
 
 A Dask run's driver copies the caller's planes into shared memory before its blocks can start,
 and the results back once they have finished; meanwhile the workers wait, and a core of the
-machine is idle.  ``copy_split`` copies the first half of every plane on the helper thread and
+machine is idle.  ``copy_split`` copies the first half of every plane on the memory thread and
 the second half on the caller's, at once (numpy releases the GIL for a copy of numbers):
 24 MB in about half the time on a machine of two cores.  ``soon`` runs other work there (the
 pages of the caller's output planes, ``eagle.prefault.populate_soon``).
 
-One helper per process, made at the first call; it runs one piece of work at a time, in order.
+One such thread per process, made at the first call; it runs one piece of work at a time, in order.
 Copies below ``SPLIT_FROM`` bytes in all are made on the caller's thread alone (handing work to
 a thread costs tens of microseconds).
 """
@@ -20,21 +20,21 @@ import numpy as np
 
 #: bytes below which ``copy_split`` copies everything on the caller's thread
 SPLIT_FROM = 2 << 20
-#: seconds ``copy_split`` waits for the helper's half once its own is done (a copy in memory:
+#: seconds ``copy_split`` waits for the memory thread's half once its own is done (a copy in memory:
 #: past it the process is swapping, or stopped)
 BOUND = 60.0
 
-_helper = None
-_helper_lock = threading.Lock()
+_thread = None
+_thread_lock = threading.Lock()
 
 
 def soon(fn) -> concurrent.futures.Future:
-    """Run ``fn()`` on the helper thread, after the work handed to it before; a Future of its result."""
-    global _helper
-    with _helper_lock:
-        if _helper is None:
-            _helper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="eagle-helper")
-    return _helper.submit(fn)
+    """Run ``fn()`` on the memory thread, after the work handed to it before; a Future of its result."""
+    global _thread
+    with _thread_lock:
+        if _thread is None:
+            _thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="eagle-memory")
+    return _thread.submit(fn)
 
 
 def _halves(pairs):
@@ -57,17 +57,17 @@ def _copy(pairs):
 def _wait(fut, bound):
     done, _ = concurrent.futures.wait([fut], timeout=bound)
     if not done:
-        raise TimeoutError(f"a copy of planes on the helper thread did not end within {bound:g} s (the process is "
+        raise TimeoutError(f"a copy of planes on the memory thread did not end within {bound:g} s (the process is "
                            "swapping, or was stopped)")
     fut.result()
 
 
 def copy_split(pairs, bound=BOUND):
     """``np.copyto(dst, src)`` for every ``(dst, src)`` of ``pairs`` (same shapes), the first half
-    of each pair's rows on the helper thread while this one copies the second half.  Returns once
-    every byte is copied.  When the helper is still busy with earlier work as this thread ends
+    of each pair's rows on the memory thread while this one copies the second half.  Returns once
+    every byte is copied.  When the memory thread is still busy with earlier work as this thread ends
     its half, this thread copies the other half too.  When this thread's half raises (Ctrl-C),
-    the helper's half is taken back if it has not started, else waited for (within ``bound``
+    the memory thread's half is taken back if it has not started, else waited for (within ``bound``
     seconds), so that no copy goes on after the call."""
     pairs = list(pairs)
     if sum(int(dst.nbytes) for dst, _ in pairs) < SPLIT_FROM:
