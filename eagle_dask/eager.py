@@ -327,16 +327,21 @@ class EagerRun:
         return again
 
     def _done(self, b, out, rows):
-        """A finished block: its output blocks and row partials kept (``_write`` writes them)."""
-        self.outs[b.rank] = (b.part, out)
+        """A finished block: its row partials kept; its blocks of the planes eagle made (fresh
+        ``Out``s) written at its offset now, those of the caller's planes kept for ``_write``."""
+        supplied = self.bound.supplied
+        for name, block in out.items():
+            if name not in supplied:
+                self.bound.values[name][b.part.base:b.part.stop] = block
+        self.outs[b.rank] = (b.part, {k: v for k, v in out.items() if k in supplied})
         self.rows_of[b.rank] = rows
         if self.bar is not None:
             self.bar.finished(b.rank)
 
     def _write(self):
-        """The output blocks that came as messages written at their offsets, once every block has
-        finished: a run that raises leaves the caller's planes as they were, as the shared-memory
-        blocks' ``SharedRun.finish`` does."""
+        """The blocks of the caller's planes that came as messages written at their offsets, once
+        every block has finished: a run that raises leaves the caller's planes as they were, as the
+        shared-memory blocks' ``SharedRun.finish`` does."""
         for part, out in self.outs.values():
             for name, block in out.items():
                 self.bound.values[name][part.base:part.stop] = block

@@ -209,6 +209,14 @@ def test_shared_memory_off_takes_the_messages(client, monkeypatch):
     d = K.inputs("axpb", 3001)
     got = eplan.plan(plugin, structure=on(client, 3)).run(**d)
     assert K.same_bits(got, d["a"] * d["x"] + d["b"])
+    y = np.full(3001, np.nan)                                   # a supplied Out: written in place
+    assert eplan.plan(plugin, structure=on(client, 3)).run(**d, y=y) is y
+    assert K.same_bits(y, d["a"] * d["x"] + d["b"])
+    osc = {"omega": np.linspace(0.5, 2.0, 3001), "dt": 1e-3, "steps": 20, "x": np.ones(3001), "v": np.zeros(3001)}
+    want = K.oscillator_numpy(osc)
+    out = eplan.plan(eagle.deploy(oscillator), structure=on(client, 3)).run(**osc)       # Mutables
+    assert out["x"] is osc["x"] and out["v"] is osc["v"]
+    assert K.same_bits(want, K.as_dict(eagle.deploy(oscillator), out))
     assert not any(mapped(client).values())
 
 
