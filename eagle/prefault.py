@@ -6,9 +6,9 @@ page costs a page fault, and on a virtual machine each one is dear -- copying 8 
 ``populate`` asks the kernel for all of an array's pages at once (``madvise`` with
 ``MADV_POPULATE_WRITE``, Linux 5.14 and later): 0.12 ms for the same 8 MB, the contents unchanged.
 
-``populate_soon`` does it on the memory thread (``eagle.memory_thread``) while the caller goes on: a Dask run's driver asks for
-the pages of the caller's output planes while it copies the inputs into shared memory, so that
-copying the results back later finds them there.
+``populate_soon`` does it on the memory thread (``eagle.memory_thread``) while the caller goes
+on: a Dask run's driver asks for the pages of the caller's output planes once it has placed the
+inputs, while the blocks run, so that copying the results back finds them there.
 
 Only the whole pages inside the array are asked for (never a byte of a neighbour).  Where it
 cannot -- another system, an older kernel, a read-only, non-contiguous or tiny array -- nothing is
