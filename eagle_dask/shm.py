@@ -54,7 +54,10 @@ block again through the messages.
 
 Segments are the driver's: ``Segments.close`` unlinks them when the run ends (returned,
 raised, interrupted), and every segment this process still has is unlinked at interpreter
-exit.  An unlinked segment stays mapped where it is mapped (a worker still running, the
+exit.  A driver killed outright runs no exit hook: the driver holds an owner's mark (a
+``flock``) on each of its segments while it lives, and a driver's first segment is preceded by
+a sweep that unlinks this user's segments left unmarked by a creator no longer running
+(``eagle_dask.orphans``).  An unlinked segment stays mapped where it is mapped (a worker still running, the
 driver's result) and its memory is freed with the last mapping.  A failed run unlinks while
 its cancelled blocks may still run: those write only into their own mappings, and a block
 that starts later fails closed (the name is gone: ``Elsewhere``; something else under it:
@@ -78,7 +81,7 @@ import numpy as np
 
 from eagle.rows import row_span
 
-from . import region_locks
+from . import orphans, region_locks
 
 #: where segments live (a tmpfs on Linux)
 SHM_DIR = "/dev/shm"
@@ -87,6 +90,9 @@ PREFIX = "eagle-"
 ASK_TIMEOUT = 10.0
 
 _LIVE = set()
+#: the descriptor holding the owner's mark of each live segment (``eagle_dask.orphans``)
+_MARKS = {}
+_SWEPT = False
 _LOCK = threading.Lock()
 #: the segments this worker mapped recently (names) -- a debugging record, read with
 #: ``client.run(eagle_dask.shm.opened)``
@@ -174,15 +180,30 @@ class ForeignSegment(RuntimeError):
     """A segment's name leads to something else than the segment the driver made."""
 
 
+def _sweep_once():
+    """Before this process makes its first segment: unlink those a driver that died left
+    (``eagle_dask.orphans``)."""
+    global _SWEPT
+    with _LOCK:
+        if _SWEPT:
+            return
+        _SWEPT = True
+    orphans.sweep(SHM_DIR, PREFIX, keep=live())
+
+
 def _create(nbytes: int):
-    """A new segment of ``nbytes`` (at least 1), mode 0600, its pages reserved; (SegmentId, mmap)."""
+    """A new segment of ``nbytes`` (at least 1), mode 0600, its pages reserved, the owner's mark
+    held on it until it is unlinked (``eagle_dask.orphans``); (SegmentId, mmap)."""
+    _sweep_once()
     name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:16]}"
     path = os.path.join(SHM_DIR, name)
     size = max(int(nbytes), 1)
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with _LOCK:
         _LIVE.add(path)
+        _MARKS[path] = fd
     try:
+        orphans.hold(fd)
         os.fchmod(fd, 0o600)                    # whatever the umask
         os.posix_fallocate(fd, 0, size)
         st = os.fstat(fd)
@@ -190,17 +211,19 @@ def _create(nbytes: int):
     except BaseException:
         _unlink(path)
         raise
-    finally:
-        os.close(fd)
 
 
 def _unlink(path):
     with _LOCK:
         _LIVE.discard(path)
+        fd = _MARKS.pop(path, None)
     try:
         os.unlink(path)
     except FileNotFoundError:
         pass
+    finally:
+        if fd is not None:
+            os.close(fd)                        # the owner's mark goes with it
 
 
 def _view(buf, dtype, shape):

@@ -1,0 +1,48 @@
+"""Mutants of the sweep of segments a killed driver left in /dev/shm (``eagle_dask.orphans``): the
+owner's mark, the creator's pid, the age, the owner and kind of the file, the first segment of a
+process sweeping."""
+
+ORPHANS = "tests/test_orphans.py"
+
+MUTANTS = [
+    {"name": "no owner's mark held on a new segment",
+     "path": "eagle_dask/shm.py",
+     "old": "        orphans.hold(fd)\n",
+     "new": "",
+     "tests": [ORPHANS], "timeout": 300},
+    {"name": "the sweep does not ask for the owner's mark",
+     "path": "eagle_dask/orphans.py",
+     "old": "            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)     # no owner's mark left on it",
+     "new": "            pass",
+     "tests": [ORPHANS], "timeout": 300},
+    {"name": "the creator's pid not looked at",
+     "path": "eagle_dask/orphans.py",
+     "old": "                or now - st.st_mtime < age or not _creator_gone(name, prefix)):",
+     "new": "                or now - st.st_mtime < age):",
+     "tests": [ORPHANS], "timeout": 300},
+    {"name": "a young segment swept",
+     "path": "eagle_dask/orphans.py",
+     "old": "                or now - st.st_mtime < age or",
+     "new": "                or",
+     "tests": [ORPHANS], "timeout": 300},
+    {"name": "another user's segment swept",
+     "path": "eagle_dask/orphans.py",
+     "old": " or st.st_uid != os.getuid() or",
+     "new": " or",
+     "tests": [ORPHANS], "timeout": 300},
+    {"name": "a file of another mode swept",
+     "path": "eagle_dask/orphans.py",
+     "old": " or stat.S_IMODE(st.st_mode) != 0o600\n",
+     "new": "\n",
+     "tests": [ORPHANS], "timeout": 300},
+    {"name": "a process's first segment does not sweep",
+     "path": "eagle_dask/shm.py",
+     "old": "    _sweep_once()\n    name = ",
+     "new": "    name = ",
+     "tests": [ORPHANS], "timeout": 300},
+    {"name": "the mark's descriptor never closed (one leaked per segment)",
+     "path": "eagle_dask/shm.py",
+     "old": "            os.close(fd)                        # the owner's mark goes with it\n",
+     "new": "            pass\n",
+     "tests": [ORPHANS], "timeout": 300},
+]
