@@ -248,9 +248,8 @@ def _null_fold(*rows):
 def own_lazy_graph(w, x, v):
     """Dask arrays of the graph an eagle lazy run of the oscillator makes over ``w, x, v`` (one
     block per chunk -- eagle's, for chunks of at least ``eagle_dask.arrays.MIN_BLOCK`` samples cut
-    on whole rows of a cell --,
-    a pick per output and per block's rows, a fold of the rows), whose blocks run no kernel: what
-    distributed alone costs a run of this shape."""
+    on whole rows of a cell --, a pick per output and per block's rows, a fold of the rows), whose
+    blocks run no kernel: what distributed alone costs a run of this shape."""
     import dask.array as da
     from dask.highlevelgraph import HighLevelGraph
     tag = uuid.uuid4().hex[:8]
@@ -484,9 +483,14 @@ FIGURES = [("readme demo", "numpy mode, shared memory", "one process"),
            ("first run, CPU", "first run, fresh 2-worker cluster", "first HostTeam run")]
 
 
+def _medians(rows):
+    """{(row, arm): median seconds} of the arms that ran."""
+    return {(r.kernel, r.arm): r.median_s for r in rows if r.ran}
+
+
 def figures(rows):
     """[(row, figure, goal, unit)]: ratios ours / reference (a row without one: seconds)."""
-    med = {(r.kernel, r.arm): r.median_s for r in rows if r.ran}
+    med = _medians(rows)
     out = []
     for name, ours, ref in FIGURES:
         mine = med.get((name, ours))
@@ -502,16 +506,16 @@ def figures(rows):
 
 
 #: rows for which what distributed alone costs is measured in the same run: (row, (row, arm) of
-#: distributed alone, the reference arm); the floor is (reference + distributed alone) / reference.  The readme
-#: demo's: distributed's own round trip of two tasks (the tiny row's reference), which a run of
-#: two blocks cannot do without
+#: distributed alone, the reference arm); the floor is (reference + distributed alone) /
+#: reference.  The readme demo's: distributed's own round trip of two tasks (the tiny row's
+#: reference), which a run of two blocks cannot do without
 FLOORS = [("lazy, 2 chunks", ("lazy, 2 chunks", OWN_LAZY_GRAPH), "one process"),
           ("readme demo", ("tiny run", OWN_ROUND_TRIP), "one process")]
 
 
 def floors(rows):
     """{row: (its reference + what distributed alone costs) / its reference}."""
-    med = {(r.kernel, r.arm): r.median_s for r in rows if r.ran}
+    med = _medians(rows)
     return {name: (med[(name, ref)] + med[alone]) / med[(name, ref)] for name, alone, ref in FLOORS
             if med.get((name, ref)) and alone in med}
 

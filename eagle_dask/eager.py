@@ -330,9 +330,7 @@ class EagerRun:
         """A finished block: its row partials kept; its blocks of the planes eagle made (fresh
         ``Out``s) written at its offset now, those of the caller's planes kept for ``_write``."""
         supplied = self.bound.supplied
-        for name, block in out.items():
-            if name not in supplied:
-                self.bound.values[name][b.part.base:b.part.stop] = block
+        self._put(b.part, {k: v for k, v in out.items() if k not in supplied})
         self.outs[b.rank] = (b.part, {k: v for k, v in out.items() if k in supplied})
         self.rows_of[b.rank] = rows
         if self.bar is not None:
@@ -343,8 +341,12 @@ class EagerRun:
         every block has finished: a run that raises leaves the caller's planes as they were, as the
         shared-memory blocks' ``SharedRun.finish`` does."""
         for part, out in self.outs.values():
-            for name, block in out.items():
-                self.bound.values[name][part.base:part.stop] = block
+            self._put(part, out)
+
+    def _put(self, part, out):
+        """Output blocks ``out`` ({plane: block}) written at ``part``'s samples."""
+        for name, block in out.items():
+            self.bound.values[name][part.base:part.stop] = block
 
     def left(self):
         """The ranks whose blocks have not come back."""

@@ -20,10 +20,16 @@ import fcntl
 import os
 import stat
 import time
+import uuid
 
 #: seconds a segment must have existed before ``sweep`` may take it for an orphan (its maker
 #: takes its mark microseconds after making it)
 AGE = 60.0
+
+
+def new_name(prefix) -> str:
+    """A new segment's name, ``<prefix><pid>-<token>``: the creator's pid, which ``sweep`` reads."""
+    return f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:16]}"
 
 
 def hold(fd) -> None:
@@ -32,7 +38,7 @@ def hold(fd) -> None:
 
 
 def _creator_gone(name, prefix) -> bool:
-    """Whether the pid in ``<prefix><pid>-<token>`` runs no process here (False when unsure)."""
+    """Whether the pid in a ``new_name`` runs no process here (False when unsure)."""
     try:
         pid = int(name[len(prefix):].split("-", 1)[0])
     except ValueError:

@@ -74,7 +74,6 @@ import os
 import socket
 import stat
 import threading
-import uuid
 import weakref
 
 import numpy as np
@@ -195,7 +194,7 @@ def _create(nbytes: int):
     """A new segment of ``nbytes`` (at least 1), mode 0600, its pages reserved, the owner's mark
     held on it until it is unlinked (``eagle_dask.orphans``); (SegmentId, mmap)."""
     _sweep_once()
-    name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:16]}"
+    name = orphans.new_name(PREFIX)
     path = os.path.join(SHM_DIR, name)
     size = max(int(nbytes), 1)
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

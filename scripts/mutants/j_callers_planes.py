@@ -11,8 +11,8 @@ MEMORY_THREAD = "tests/test_memory_thread.py"
 MUTANTS = [
     {"name": "a block that came as a message written into the caller's planes at once",
      "path": "eagle_dask/eager.py",
-     "old": "            if name not in supplied:\n",
-     "new": "            if True:\n",
+     "old": "        self._put(b.part, {k: v for k, v in out.items() if k not in supplied})",
+     "new": "        self._put(b.part, out)",
      "tests": [FAULTS + "[messages]"], "timeout": 300},
     {"name": "the blocks' messages never written into the caller's planes",
      "path": "eagle_dask/eager.py",
